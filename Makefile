@@ -1,0 +1,39 @@
+# Two entry points for people (README): `make demo` and `make test`.
+# Everything else here is a building block of those two.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+BIN := $(VENV)/bin
+
+.PHONY: demo test env lock sanity lint unit twin integration molecule bench clean
+
+$(STAMP): requirements/requirements.txt requirements/constraints.txt twin/pyproject.toml
+	scripts/bootstrap "$(PYTHON)" "$(VENV)"
+	@touch $@
+
+env: $(STAMP)
+
+## demo: canary upgrade of the built-in simulated GPU cluster; prints where the report is.
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py
+
+## test: every test layer, in order (sanity, lint, unit, integration, molecule).
+test: $(STAMP)
+	scripts/test all
+
+sanity lint unit twin integration molecule: $(STAMP)
+	scripts/test $@
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q -r requirements/requirements.txt
+	{ echo '# Full pin set resolved from requirements.txt on Python 3.11 (make lock).'; \
+	  .lock-venv/bin/pip freeze; } > requirements/constraints.txt
+	rm -rf .lock-venv
+
+clean:
+	rm -rf .build tests/output

@@ -1,0 +1,57 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""Typed errors of the collection (collection-internal).
+
+Everything below ``main()`` raises a ``GpuFleetError``; each module's
+``main()`` turns it into ``fail_json`` exactly once, with ``result`` carrying
+whatever partial outcome the error holds so a person sees how far it got.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GpuFleetError(Exception):
+    """Base of every error the collection reports; main() turns it into fail_json."""
+
+    def __init__(self, msg: str, *, result: dict[str, Any] | None = None) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        # Partial outcome to return with the failure (timeline, nodes done...).
+        self.result: dict[str, Any] = dict(result or {})
+
+
+class InvalidInputError(GpuFleetError):
+    """Bad input: an option, a file or a value that cannot be used. Nothing was changed."""
+
+
+class KubeApiError(GpuFleetError):
+    """The Kubernetes API refused or failed a request."""
+
+    def __init__(self, msg: str, *, status: int = 0, reason: str = "", method: str = "", path: str = "") -> None:
+        super().__init__(msg)
+        self.status = status
+        self.reason = reason
+        self.method = method
+        self.path = path
+
+
+class KubeUnreachableError(KubeApiError):
+    """The API server did not answer (connection refused, TLS failure, timeout)."""
+
+
+class WaitTimeoutError(GpuFleetError):
+    """A bounded wait ended before its condition held."""
+
+
+class RolloutHaltedError(GpuFleetError):
+    """A rollout stopped at a failed node; the cluster was left as it is for a person to read."""
+
+    def __init__(self, msg: str, *, node: str = "", result: dict[str, Any] | None = None) -> None:
+        super().__init__(msg, result=result)
+        self.node = node
+
+
+class RedfishError(GpuFleetError):
+    """A BMC refused or failed a Redfish request; ``msg`` carries the BMC's own message."""

@@ -1,0 +1,422 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""Kubernetes API access for every module of the collection (collection-internal).
+
+Authentication is kubernetes.core's own: its argument spec, its ``K8S_AUTH_*``
+environment variables and its configuration loader, so one ``module_defaults``
+group serves both collections.  Requests go through one ``KubeApi`` object
+that speaks plain REST paths (built-in kinds and custom resources alike),
+pages through lists, retries what is safe to retry, and turns every failure
+into a ``KubeApiError`` carrying the server's own ``Status`` message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional
+from urllib.parse import quote
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
+    InvalidInputError,
+    KubeApiError,
+    KubeUnreachableError,
+)
+
+try:
+    from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import (
+        _create_auth_spec,
+        _create_configuration,
+        _create_headers,
+    )
+
+    HAS_K8S_CORE = True
+    K8S_CORE_IMPORT_ERROR = None
+except ImportError:
+    HAS_K8S_CORE = False
+    K8S_CORE_IMPORT_ERROR = traceback.format_exc()
+    AUTH_ARG_SPEC = {}
+
+try:
+    import kubernetes
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    HAS_KUBERNETES = True
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError:
+    HAS_KUBERNETES = False
+    KUBERNETES_IMPORT_ERROR = traceback.format_exc()
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Where a kind lives in the REST API."""
+
+    api_version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    def path(self, *, namespace: Optional[str] = None, name: Optional[str] = None, subresource: str = "") -> str:
+        base = f"/apis/{self.api_version}" if "/" in self.api_version else f"/api/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+NODES = ResourceRef("v1", "nodes", "Node", False)
+PODS = ResourceRef("v1", "pods", "Pod", True)
+EVENTS = ResourceRef("v1", "events", "Event", True)
+CONFIGMAPS = ResourceRef("v1", "configmaps", "ConfigMap", True)
+NAMESPACES = ResourceRef("v1", "namespaces", "Namespace", False)
+DAEMONSETS = ResourceRef("apps/v1", "daemonsets", "DaemonSet", True)
+DEPLOYMENTS = ResourceRef("apps/v1", "deployments", "Deployment", True)
+JOBS = ResourceRef("batch/v1", "jobs", "Job", True)
+PDBS = ResourceRef("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True)
+CLUSTER_POLICIES = ResourceRef("nvidia.com/v1", "clusterpolicies", "ClusterPolicy", False)
+NVIDIA_DRIVERS = ResourceRef("nvidia.com/v1alpha1", "nvidiadrivers", "NVIDIADriver", False)
+NIC_CLUSTER_POLICIES = ResourceRef("mellanox.com/v1alpha1", "nicclusterpolicies", "NicClusterPolicy", False)
+MACHINE_CONFIG_POOLS = ResourceRef(
+    "machineconfiguration.openshift.io/v1", "machineconfigpools", "MachineConfigPool", False
+)
+CLUSTER_VERSIONS = ResourceRef("config.openshift.io/v1", "clusterversions", "ClusterVersion", False)
+CSVS = ResourceRef("operators.coreos.com/v1alpha1", "clusterserviceversions", "ClusterServiceVersion", True)
+
+PATCH_CONTENT_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+# Statuses after which a request may be sent again: the server either did
+# not process it (429) or the method is idempotent and the failure transient.
+_RETRY_ANY_METHOD = frozenset({429})
+_RETRY_IDEMPOTENT = frozenset({500, 502, 503, 504})
+_IDEMPOTENT_METHODS = frozenset({"GET", "PUT", "PATCH", "DELETE"})
+
+
+def k8s_auth_argument_spec() -> Dict[str, Any]:
+    """kubernetes.core's connection options, unchanged (a copy, so callers may extend it)."""
+    return {name: dict(spec) for name, spec in AUTH_ARG_SPEC.items()}
+
+
+def missing_libraries() -> List[tuple]:
+    """(library, import traceback) pairs for missing_required_lib in main()."""
+    missing = []
+    if not HAS_KUBERNETES:
+        missing.append(("kubernetes", KUBERNETES_IMPORT_ERROR))
+    if not HAS_K8S_CORE:
+        missing.append(("kubernetes.core collection", K8S_CORE_IMPORT_ERROR))
+    return missing
+
+
+class KubeApi:
+    """One authenticated connection to an API server."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        retries: int = 6,
+        request_timeout: float = 60.0,
+        pause: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._client = api_client
+        self._retries = retries
+        self._timeout = request_timeout
+        self._pause = pause
+        self.requests_sent = 0
+
+    @classmethod
+    def from_params(cls, params: Dict[str, Any], **kwargs: Any) -> "KubeApi":
+        """Build from module params holding kubernetes.core's connection options."""
+        auth_params = {name: params.get(name) for name in AUTH_ARG_SPEC}
+        try:
+            auth = _create_auth_spec(None, **auth_params)
+            configuration = _create_configuration(auth)
+            headers = _create_headers(None, **auth_params)
+        except (kubernetes.config.ConfigException, OSError, ValueError, TypeError) as err:
+            raise InvalidInputError(f"Cannot build a Kubernetes client from the connection options: {err}") from err
+        api_client = kubernetes.client.ApiClient(configuration)
+        for header, value in headers.items():
+            api_client.set_default_header(header, ",".join(value) if isinstance(value, list) else value)
+        return cls(api_client, **kwargs)
+
+    @property
+    def host(self) -> str:
+        return self._client.configuration.host
+
+    # -- verbs -------------------------------------------------------------------------
+    def get(self, ref: ResourceRef, name: str, *, namespace: Optional[str] = None) -> Optional[Dict[str, Any]]:
+        """The object, or None when it does not exist."""
+        try:
+            return self.request("GET", ref.path(namespace=namespace, name=name))
+        except KubeApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list(
+        self,
+        ref: ResourceRef,
+        *,
+        namespace: Optional[str] = None,
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+        page_size: int = 500,
+    ) -> List[Dict[str, Any]]:
+        """Every matching object, read in pages of ``page_size``."""
+        return list(
+            self.iter_list(
+                ref,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                page_size=page_size,
+            )
+        )
+
+    def iter_list(
+        self,
+        ref: ResourceRef,
+        *,
+        namespace: Optional[str] = None,
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+        page_size: int = 500,
+    ) -> Iterator[Dict[str, Any]]:
+        query: Dict[str, Any] = {"limit": page_size}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        path = ref.path(namespace=namespace)
+        while True:
+            page = self.request("GET", path, query=query)
+            for item in page.get("items") or []:
+                # Lists carry kind/apiVersion on the list only; put them back on
+                # each item so callers can treat items like any other object.
+                item.setdefault("kind", ref.kind)
+                item.setdefault("apiVersion", ref.api_version)
+                yield item
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            query["continue"] = token
+
+    def create(
+        self, ref: ResourceRef, body: Dict[str, Any], *, namespace: Optional[str] = None, dry_run: bool = False
+    ) -> Dict[str, Any]:
+        return self.request("POST", ref.path(namespace=namespace), body=body, query=_dry_run(dry_run))
+
+    def replace(self, ref: ResourceRef, body: Dict[str, Any], *, dry_run: bool = False) -> Dict[str, Any]:
+        """PUT guarded by the body's resourceVersion: a stale one answers 409."""
+        meta = body.get("metadata") or {}
+        return self.request(
+            "PUT", ref.path(namespace=meta.get("namespace"), name=meta.get("name")), body=body, query=_dry_run(dry_run)
+        )
+
+    def patch(
+        self,
+        ref: ResourceRef,
+        name: str,
+        patch: Any,
+        *,
+        namespace: Optional[str] = None,
+        patch_type: str = "merge",
+        subresource: str = "",
+        dry_run: bool = False,
+    ) -> Dict[str, Any]:
+        return self.request(
+            "PATCH",
+            ref.path(namespace=namespace, name=name, subresource=subresource),
+            body=patch,
+            content_type=PATCH_CONTENT_TYPES[patch_type],
+            query=_dry_run(dry_run),
+        )
+
+    def delete(
+        self,
+        ref: ResourceRef,
+        name: str,
+        *,
+        namespace: Optional[str] = None,
+        grace_period_seconds: Optional[int] = None,
+        dry_run: bool = False,
+    ) -> Optional[Dict[str, Any]]:
+        """Delete; None when it was already gone."""
+        body: Dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        try:
+            return self.request("DELETE", ref.path(namespace=namespace, name=name), body=body, query=_dry_run(dry_run))
+        except KubeApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> bool:
+        """Ask the eviction API to remove a pod: True when accepted (or already gone),
+        False when a PodDisruptionBudget refuses it now (429)."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
+        try:
+            self.request(
+                "POST",
+                PODS.path(namespace=namespace, name=name, subresource="eviction"),
+                body=body,
+                retry_statuses=frozenset(),
+            )
+        except KubeApiError as err:
+            if err.status == 429:
+                return False
+            if err.status == 404:
+                return True
+            raise
+        return True
+
+    # -- transport ---------------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[Dict[str, Any]] = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        retry_statuses: Optional[frozenset] = None,
+    ) -> Dict[str, Any]:
+        """Send one API request (with bounded retries) and return the decoded JSON body."""
+        attempt = 0
+        while True:
+            attempt += 1
+            status, headers, payload = self._send(method, path, query=query, body=body, content_type=content_type)
+            if 200 <= status < 300:
+                return json.loads(payload) if payload else {}
+            error = _api_error(method, path, status, payload)
+            retryable = (
+                retry_statuses
+                if retry_statuses is not None
+                else (_RETRY_ANY_METHOD | (_RETRY_IDEMPOTENT if method in _IDEMPOTENT_METHODS else frozenset()))
+            )
+            if status not in retryable or attempt > self._retries:
+                raise error
+            self._pause(_backoff(attempt, headers.get("Retry-After") or headers.get("retry-after")))
+
+    def _send(self, method: str, path: str, *, query: Optional[Dict[str, Any]], body: Any, content_type: str) -> tuple:
+        query_params = [(key, value) for key, value in (query or {}).items() if value is not None]
+        header_params = {"Accept": "application/json", "Content-Type": content_type}
+        serialized = self._client.param_serialize(
+            method,
+            path,
+            query_params=query_params,
+            header_params=header_params,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        self.requests_sent += 1
+        try:
+            response = self._client.call_api(*serialized, _request_timeout=self._timeout)
+            response.read()
+            return response.status, dict(response.getheaders() or {}), response.data
+        except ApiException as err:
+            return err.status or 0, dict(err.headers or {}), err.body or b""
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise KubeUnreachableError(
+                f"Cannot reach the Kubernetes API at {self.host}: {_root_cause(err)}",
+                method=method,
+                path=path,
+            ) from err
+
+    def stream_watch(
+        self,
+        ref: ResourceRef,
+        *,
+        namespace: Optional[str] = None,
+        resource_version: Optional[str] = None,
+        timeout_seconds: int = 60,
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+    ) -> Iterator[Dict[str, Any]]:
+        """Watch events (``{"type", "object"}``) until the server closes the stream."""
+        query: Dict[str, Any] = {"watch": "true", "timeoutSeconds": timeout_seconds, "allowWatchBookmarks": "true"}
+        if resource_version:
+            query["resourceVersion"] = resource_version
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        path = ref.path(namespace=namespace)
+        serialized = self._client.param_serialize(
+            "GET",
+            path,
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        self.requests_sent += 1
+        try:
+            response = self._client.call_api(*serialized, _request_timeout=timeout_seconds + 10)
+        except ApiException as err:
+            raise _api_error("GET", path, err.status or 0, err.body or b"") from err
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise KubeUnreachableError(
+                f"Cannot reach the Kubernetes API at {self.host}: {_root_cause(err)}", method="GET", path=path
+            ) from err
+        if response.status != 200:
+            response.read()
+            raise _api_error("GET", path, response.status, response.data)
+        buffer = b""
+        for chunk in response.response.stream(65536, decode_content=True):
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if line.strip():
+                    yield json.loads(line)
+
+
+def _dry_run(dry_run: bool) -> Optional[Dict[str, Any]]:
+    return {"dryRun": "All"} if dry_run else None
+
+
+def _backoff(attempt: int, retry_after: Optional[str]) -> float:
+    if retry_after:
+        try:
+            return min(float(retry_after), 10.0)
+        except ValueError:
+            pass
+    return min(0.2 * (2 ** (attempt - 1)), 5.0)
+
+
+def _api_error(method: str, path: str, status: int, payload: Any) -> KubeApiError:
+    reason, message = "", ""
+    try:
+        decoded = json.loads(payload) if payload else {}
+        if isinstance(decoded, dict):
+            reason = decoded.get("reason") or ""
+            message = decoded.get("message") or ""
+    except (ValueError, TypeError):
+        message = payload.decode("utf-8", "replace")[:500] if isinstance(payload, bytes) else str(payload)[:500]
+    text = message or reason or "no message"
+    return KubeApiError(
+        f"{method} {path} answered {status}: {text}", status=status, reason=reason, method=method, path=path
+    )
+
+
+def _root_cause(err: BaseException) -> str:
+    reason = getattr(err, "reason", None)
+    return str(reason or err)

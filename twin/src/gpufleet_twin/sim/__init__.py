@@ -1,0 +1,1 @@
+"""Simulated behaviour of a GPU cluster: kubelet, workload controllers, GPU Operator, faults, recorder."""

@@ -1,0 +1,402 @@
+"""The twin's object store: etcd and the generic registry of a real API server.
+
+Objects are plain JSON dicts.  Every write replaces the stored dict with a new
+one and never mutates it in place, so readers may keep the dicts that ``get``
+and ``list`` return as long as they do not mutate them (copy first).
+
+What a real server does and this store does too: a cluster-wide
+``resourceVersion`` that grows with every write, ``uid``, ``generation``
+bumped on spec changes, ``generateName``, optimistic concurrency (409 on a
+stale resourceVersion), the status subresource split, finalizers and graceful
+deletion (``deletionTimestamp``), and a bounded history of watch events from
+which a watch resumes (410 Gone once that history has been compacted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import secrets
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from . import errors
+from .clock import SimClock
+from .registry import Registry, ResourceType
+
+Obj = dict[str, Any]
+Predicate = Callable[[Obj], bool]
+# An admission hook sees ("CREATE"|"UPDATE", type, new object, old object or
+# None); it may default or prune fields of the new object in place, or raise
+# an ApiError to refuse the write.
+Admission = Callable[[str, ResourceType, Obj, "Obj | None"], None]
+# A delete handler decides how a deletion proceeds: return the object with
+# deletionTimestamp set to delete gracefully (something else finishes the
+# deletion later), or None to remove it now.
+DeleteHandler = Callable[["Store", ResourceType, Obj], "Obj | None"]
+Listener = Callable[["WatchEvent"], None]
+
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED
+    rtype: ResourceType
+    obj: Obj
+    old: Obj | None
+    resource_version: int
+
+
+class Watch:
+    """A subscription to one resource type; iterate it for ``(type, obj)`` pairs."""
+
+    def __init__(self, store: "Store", rtype: ResourceType, namespace: str | None, predicate: Predicate | None):
+        self._store = store
+        self.rtype = rtype
+        self.namespace = namespace
+        self.predicate = predicate
+        self.queue: asyncio.Queue[tuple[str, Obj] | None] = asyncio.Queue()
+        self.closed = False
+
+    def offer(self, event: WatchEvent) -> None:
+        """Translate a store event into what this watcher sees (selectors apply to old and new)."""
+        if self.closed:
+            return
+        new_matches = self._matches(event.obj)
+        old_matches = event.old is not None and self._matches(event.old)
+        if event.type == "ADDED" and new_matches:
+            self.queue.put_nowait(("ADDED", event.obj))
+        elif event.type == "DELETED" and new_matches:
+            self.queue.put_nowait(("DELETED", event.obj))
+        elif event.type == "MODIFIED":
+            if new_matches and old_matches:
+                self.queue.put_nowait(("MODIFIED", event.obj))
+            elif new_matches:
+                self.queue.put_nowait(("ADDED", event.obj))
+            elif old_matches:
+                self.queue.put_nowait(("DELETED", event.obj))
+
+    def _matches(self, obj: Obj) -> bool:
+        if self.namespace and obj.get("metadata", {}).get("namespace") != self.namespace:
+            return False
+        return self.predicate is None or self.predicate(obj)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._store._watchers.discard(self)
+            self.queue.put_nowait(None)
+
+    async def events(self) -> AsyncIterator[tuple[str, Obj]]:
+        while True:
+            item = await self.queue.get()
+            if item is None:
+                return
+            yield item
+
+
+class Store:
+    def __init__(self, registry: Registry, clock: SimClock, *, history_per_type: int = 50_000) -> None:
+        self.registry = registry
+        self.clock = clock
+        self._objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
+        self._history: dict[tuple[str, str], deque[WatchEvent]] = {}
+        self._compacted: dict[tuple[str, str], int] = {}
+        self._history_len = history_per_type
+        self._rv = 1
+        self._watchers: set[Watch] = set()
+        self._admission: list[Admission] = []
+        self._delete_handlers: dict[tuple[str, str], DeleteHandler] = {}
+        self._listeners: list[Listener] = []
+
+    # -- configuration -------------------------------------------------------------
+    def add_admission(self, hook: Admission) -> None:
+        self._admission.append(hook)
+
+    def set_delete_handler(self, rtype: ResourceType, handler: DeleteHandler) -> None:
+        self._delete_handlers[rtype.key] = handler
+
+    def add_listener(self, listener: Listener) -> None:
+        """Called synchronously after every write (controllers wake on it)."""
+        self._listeners.append(listener)
+
+    # -- reads ------------------------------------------------------------------------
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
+        obj = self.try_get(rtype, namespace, name)
+        if obj is None:
+            raise errors.not_found(rtype.plural, name, rtype.group)
+        return obj
+
+    def try_get(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj | None:
+        return self._bucket(rtype).get((self._ns(rtype, namespace), name))
+
+    def list(
+        self,
+        rtype: ResourceType,
+        namespace: str | None = None,
+        predicate: Predicate | None = None,
+    ) -> list[Obj]:
+        """Objects sorted by (namespace, name), as etcd's key order gives them."""
+        bucket = self._bucket(rtype)
+        keys = sorted(bucket)
+        found = []
+        for key in keys:
+            if namespace and key[0] != namespace:
+                continue
+            obj = bucket[key]
+            if predicate is None or predicate(obj):
+                found.append(obj)
+        return found
+
+    def count(self, rtype: ResourceType) -> int:
+        return len(self._bucket(rtype))
+
+    # -- writes -----------------------------------------------------------------------
+    def create(self, rtype: ResourceType, obj: Obj, *, namespace: str | None = None) -> Obj:
+        new = copy.deepcopy(obj)
+        meta = new.setdefault("metadata", {})
+        if rtype.namespaced:
+            ns = namespace or meta.get("namespace") or "default"
+            if namespace and meta.get("namespace") and meta["namespace"] != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = ns
+            self._require_namespace(ns)
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise errors.invalid(rtype.kind, "", [_cause("metadata.name", "name or generateName is required")], rtype.group)
+            meta["name"] = prefix + secrets.token_hex(3)[:5]
+        new["apiVersion"] = rtype.api_version
+        new["kind"] = rtype.kind
+        key = (self._ns(rtype, meta.get("namespace")), meta["name"])
+        if key in self._bucket(rtype):
+            raise errors.already_exists(rtype.plural, meta["name"], rtype.group)
+        for field_name in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(field_name, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = self.clock.iso()
+        meta["generation"] = 1
+        for hook in self._admission:
+            hook("CREATE", rtype, new, None)
+        return self._write(rtype, key, new, None, "ADDED")
+
+    def update(self, rtype: ResourceType, obj: Obj, *, subresource: str | None = None) -> Obj:
+        """Replace an object (PUT). A non-empty resourceVersion must be the current one."""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            raise errors.invalid(rtype.kind, "", [_cause("metadata.name", "name is required")], rtype.group)
+        namespace = meta.get("namespace") if rtype.namespaced else None
+        key = (self._ns(rtype, namespace), name)
+        old = self._bucket(rtype).get(key)
+        if old is None:
+            raise errors.not_found(rtype.plural, name, rtype.group)
+        sent_rv = meta.get("resourceVersion")
+        if sent_rv and str(sent_rv) != old["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, name, rtype.group)
+        if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
+            raise errors.conflict(rtype.plural, name, rtype.group)
+        new = copy.deepcopy(obj)
+        new["apiVersion"] = rtype.api_version
+        new["kind"] = rtype.kind
+        self._carry_server_fields(rtype, old, new, subresource)
+        for hook in self._admission:
+            hook("UPDATE", rtype, new, old)
+        if _semantically_equal(old, new):
+            return old
+        self._bump_generation(rtype, old, new)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            return self._remove(rtype, key, old)
+        return self._write(rtype, key, new, old, "MODIFIED")
+
+    def mutate(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        change: Callable[[Obj], None],
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        """Read-modify-write for in-process controllers: ``change`` edits a copy.
+
+        Nothing is written (and no resourceVersion consumed) when the copy
+        comes back equal.
+        """
+        current = self.get(rtype, namespace, name)
+        edited = copy.deepcopy(current)
+        change(edited)
+        if _semantically_equal(current, edited):
+            return current
+        return self.update(rtype, edited, subresource=subresource)
+
+    def delete(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        precondition_uid: str | None = None,
+        precondition_rv: str | None = None,
+        immediate: bool = False,
+    ) -> Obj:
+        """Delete; returns the deleted object, or the object now terminating."""
+        key = (self._ns(rtype, namespace), name)
+        current = self._bucket(rtype).get(key)
+        if current is None:
+            raise errors.not_found(rtype.plural, name, rtype.group)
+        meta = current["metadata"]
+        if precondition_uid and precondition_uid != meta["uid"]:
+            raise errors.conflict(rtype.plural, name, rtype.group)
+        if precondition_rv and precondition_rv != meta["resourceVersion"]:
+            raise errors.conflict(rtype.plural, name, rtype.group)
+        if meta.get("finalizers"):
+            if meta.get("deletionTimestamp"):
+                return current
+            terminating = copy.deepcopy(current)
+            terminating["metadata"]["deletionTimestamp"] = self.clock.iso()
+            terminating["metadata"]["deletionGracePeriodSeconds"] = 0
+            return self._write(rtype, key, terminating, current, "MODIFIED")
+        handler = None if immediate else self._delete_handlers.get(rtype.key)
+        if handler is not None:
+            if meta.get("deletionTimestamp"):
+                return current
+            terminating = handler(self, rtype, copy.deepcopy(current))
+            if terminating is not None:
+                return self._write(rtype, key, terminating, current, "MODIFIED")
+        return self._remove(rtype, key, current)
+
+    # -- watch --------------------------------------------------------------------------
+    def watch(
+        self,
+        rtype: ResourceType,
+        *,
+        namespace: str | None = None,
+        predicate: Predicate | None = None,
+        since: int | None = None,
+    ) -> Watch:
+        """Open a watch.  ``since=None`` starts with ADDED for every matching object;
+        ``since=N`` replays the history after N (410 Gone if compacted past it)."""
+        watcher = Watch(self, rtype, namespace, predicate)
+        if since is None:
+            for obj in self.list(rtype, namespace, predicate):
+                watcher.queue.put_nowait(("ADDED", obj))
+        else:
+            if since < self._compacted.get(rtype.key, 0):
+                raise errors.gone(f"too old resource version: {since} ({self._compacted[rtype.key]})")
+            for event in self._history.get(rtype.key, ()):
+                if event.resource_version > since:
+                    watcher.offer(event)
+        self._watchers.add(watcher)
+        return watcher
+
+    # -- internals ----------------------------------------------------------------------
+    def _bucket(self, rtype: ResourceType) -> dict[tuple[str, str], Obj]:
+        return self._objects.setdefault(rtype.key, {})
+
+    @staticmethod
+    def _ns(rtype: ResourceType, namespace: str | None) -> str:
+        return (namespace or "") if rtype.namespaced else ""
+
+    def _require_namespace(self, namespace: str) -> None:
+        ns_type = self.registry.get("", "namespaces")
+        if ns_type is None:
+            return
+        found = self.try_get(ns_type, None, namespace)
+        if found is None:
+            raise errors.not_found("namespaces", namespace)
+        if found["metadata"].get("deletionTimestamp"):
+            raise errors.forbidden(f"unable to create new content in namespace {namespace} because it is being terminated")
+
+    def _carry_server_fields(self, rtype: ResourceType, old: Obj, new: Obj, subresource: str | None) -> None:
+        old_meta, meta = old["metadata"], new.setdefault("metadata", {})
+        for field_name in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            if field_name in old_meta:
+                meta[field_name] = old_meta[field_name]
+            else:
+                meta.pop(field_name, None)
+        if rtype.namespaced:
+            meta["namespace"] = old_meta["namespace"]
+        if "status" not in rtype.subresources:
+            return
+        if subresource == "status":
+            # A status write changes status only (metadata labels and annotations
+            # are kept from the stored object, as the real status strategy does).
+            status = new.get("status")
+            replaced = copy.deepcopy(old)
+            if status is None:
+                replaced.pop("status", None)
+            else:
+                replaced["status"] = status
+            replaced["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+            new.clear()
+            new.update(replaced)
+        elif "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+        else:
+            new.pop("status", None)
+
+    @staticmethod
+    def _bump_generation(rtype: ResourceType, old: Obj, new: Obj) -> None:
+        ignored = {"metadata", "status", "apiVersion", "kind"}
+        old_body = {k: v for k, v in old.items() if k not in ignored}
+        new_body = {k: v for k, v in new.items() if k not in ignored}
+        if old_body != new_body:
+            new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+
+    def _next_rv(self) -> int:
+        self._rv += 1
+        return self._rv
+
+    def _write(self, rtype: ResourceType, key: tuple[str, str], new: Obj, old: Obj | None, event_type: str) -> Obj:
+        rv = self._next_rv()
+        new["metadata"]["resourceVersion"] = str(rv)
+        self._bucket(rtype)[key] = new
+        self._emit(WatchEvent(event_type, rtype, new, old, rv))
+        return new
+
+    def _remove(self, rtype: ResourceType, key: tuple[str, str], current: Obj) -> Obj:
+        rv = self._next_rv()
+        removed = copy.deepcopy(current)
+        removed["metadata"]["resourceVersion"] = str(rv)
+        del self._bucket(rtype)[key]
+        self._emit(WatchEvent("DELETED", rtype, removed, current, rv))
+        return removed
+
+    def _emit(self, event: WatchEvent) -> None:
+        history = self._history.setdefault(event.rtype.key, deque())
+        history.append(event)
+        if len(history) > self._history_len:
+            dropped = history.popleft()
+            self._compacted[event.rtype.key] = dropped.resource_version
+        for watcher in list(self._watchers):
+            if watcher.rtype.key == event.rtype.key:
+                watcher.offer(event)
+        for listener in self._listeners:
+            listener(event)
+
+
+def _semantically_equal(old: Obj, new: Obj) -> bool:
+    def strip(obj: Obj) -> Obj:
+        trimmed = dict(obj)
+        meta = dict(trimmed.get("metadata") or {})
+        meta.pop("resourceVersion", None)
+        meta.pop("managedFields", None)
+        trimmed["metadata"] = meta
+        return trimmed
+
+    return strip(old) == strip(new)
+
+
+def _cause(field_path: str, message: str) -> dict[str, str]:
+    return {"reason": "FieldValueRequired", "field": field_path, "message": message}
