@@ -44,7 +44,7 @@ def test_event_for_a_node_lands_in_default_namespace():
     event = build_event(
         node,
         message="cordoned for driver upgrade",
-        now=datetime.datetime(2026, 11, 22, 6, 0, tzinfo=datetime.timezone.utc),
+        now=datetime.datetime(2026, 11, 22, 6, 0, tzinfo=datetime.UTC),
     )
     assert event["metadata"]["namespace"] == "default"
     assert event["metadata"]["name"].startswith("gpu-worker-1.")

@@ -1,0 +1,282 @@
+"""Compatibility rules: each with a reason and its own result, evidence from the sourced catalog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_catalog import Catalog, load_catalog
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import load_matrix_file, matrix_from_data
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_rules import (
+    PASS,
+    RULE_NAMES,
+    RULE_REASONS,
+    VIOLATION,
+    WARNING,
+    RuleReport,
+    changed_groups,
+    check_version_set,
+    evaluate_matrix,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "matrix"
+
+PRODUCTION: dict[str, Any] = {
+    "openshift": "4.16.23",
+    "kernel": "5.14.0-427.40.1.el9_4.x86_64",
+    "gpu_operator": "v24.9.2",
+    "gpu_driver": "550.144.03",
+    "cuda": "12.4",
+    "network_operator": "v24.7.0",
+    "mofed": "24.07-0.6.1.0",
+    "firmware_cx7": "28.42.1000",
+    "sriov_operator": "4.16.0",
+}
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog()
+
+
+@pytest.fixture(scope="module")
+def seed_report(catalog: Catalog) -> RuleReport:
+    return evaluate_matrix(load_matrix_file(str(FIXTURES / "seed000-configmap.yaml")), catalog=catalog)
+
+
+def _result(report: RuleReport, rule: str, stage: str):
+    result = report.result(rule, stage)
+    assert result is not None, (rule, stage)
+    return result
+
+
+def _statuses(findings) -> list:
+    return [finding.status for finding in findings]
+
+
+def test_every_rule_has_a_documented_reason(seed_report: RuleReport) -> None:
+    assert set(RULE_NAMES) >= {
+        "one_group_at_a_time",
+        "gpu_operator_supports_driver",
+        "driver_kernel",
+        "mofed_kernel",
+        "openshift_kernel",
+        "firmware_mofed",
+        "upgrade_order",
+        "rollback_differs",
+        "known_versions",
+    }
+    assert all(len(reason) > 40 for reason in RULE_REASONS.values())
+    assert {result.rule for result in seed_report.results} == set(RULE_NAMES)
+    for result in seed_report.as_dict()["results"]:
+        assert result["reason"] and result["status"] in (PASS, WARNING, VIOLATION)
+
+
+def test_seed_gpu_operator_24_12_never_existed(seed_report: RuleReport) -> None:
+    result = _result(seed_report, "known_versions", "canary_testing")
+    assert result.status == VIOLATION
+    [finding] = [f for f in result.findings if f.status == VIOLATION]
+    assert finding.message == "GPU Operator v24.12.0: there is no 24.12 release line"
+    assert any("github.com/NVIDIA/gpu-operator/tags" in source for source in finding.evidence)
+    # Without a release, support for its driver is unknown: a warning, not a pass.
+    supports = _result(seed_report, "gpu_operator_supports_driver", "canary_testing")
+    assert supports.status == WARNING
+    assert "not in catalog" in supports.findings[0].message
+
+
+def test_seed_next_planned_kernel_contradicts_openshift_4_17(seed_report: RuleReport) -> None:
+    result = _result(seed_report, "openshift_kernel", "next_planned")
+    assert result.status == VIOLATION
+    assert result.findings[0].message == (
+        "OpenShift 4.17 ships RHCOS on RHEL 9.4 with kernel 5.14.0-427.*.el9_4; the stage expects '6.x TBD'"
+    )
+    assert any("openshift/os:manifest.yaml@release-4.17" in source for source in result.findings[0].evidence)
+
+
+def test_seed_next_planned_network_operator_not_validated_on_4_17(seed_report: RuleReport) -> None:
+    result = _result(seed_report, "mofed_kernel", "next_planned")
+    assert result.status == VIOLATION
+    [violation] = [f for f in result.findings if f.status == VIOLATION]
+    assert "Network Operator v24.10.0 is validated only on OpenShift 4.14, 4.15, 4.16" in violation.message
+    assert any("network-operator-docs:docs/platform-support.rst@v24.10.0" in s for s in violation.evidence)
+
+
+def test_seed_next_planned_changes_four_groups_at_once(seed_report: RuleReport) -> None:
+    result = _result(seed_report, "one_group_at_a_time", "next_planned")
+    assert result.status == VIOLATION
+    message = result.findings[0].message
+    assert "changes 4 groups at once compared with canary_testing" in message
+    for title in ("Network Operator", "firmware", "OpenShift", "SR-IOV"):
+        assert title in message
+    assert "openshift: 4.16.23 -> 4.17.5" in result.findings[0].evidence
+    assert _result(seed_report, "one_group_at_a_time", "canary_testing").status == PASS
+    # The groups that do change come in the documented order.
+    assert _result(seed_report, "upgrade_order", "next_planned").status == PASS
+
+
+def test_seed_rollback_driver_is_not_a_branch_of_gpu_operator_24_6(seed_report: RuleReport) -> None:
+    result = _result(seed_report, "gpu_operator_supports_driver", "rollback")
+    assert result.status == VIOLATION
+    assert result.findings[0].message == (
+        "GPU Operator v24.6.0 documents driver branches 535, 550; found 555.42.06 (branch 555)"
+    )
+    assert _result(seed_report, "rollback_differs", "rollback").status == PASS
+
+
+def test_seed_firmware_named_cx6_holds_connectx6_dx_firmware(seed_report: RuleReport) -> None:
+    result = _result(seed_report, "firmware_mofed", "current_production")
+    messages = [f.message for f in result.findings]
+    assert "firmware_cx6 is named for ConnectX-6 (20.x firmware) but 22.40.1000 is ConnectX-6 Dx firmware (22.x)" in (
+        messages
+    )
+    assert (
+        "MOFED 24.07-0.6.1.0 was released with firmware xx.42.1000; firmware_cx7 28.40.1000 is train xx.40 "
+        "(tested together: xx.42)" in messages
+    )
+    assert result.status == WARNING
+
+
+def test_seed_sriov_operator_is_built_for_another_openshift(seed_report: RuleReport) -> None:
+    result = _result(seed_report, "sriov_openshift", "current_production")
+    assert result.status == WARNING
+    assert "built for OpenShift 4.18; the stage runs OpenShift 4.16.23" in result.findings[0].message
+
+
+def test_seed_production_driver_560_is_documented_for_24_9_0(seed_report: RuleReport) -> None:
+    result = _result(seed_report, "gpu_operator_supports_driver", "current_production")
+    assert result.status == PASS
+    assert result.findings[0].message == "560.35.03 is documented for GPU Operator v24.9.0"
+    assert any("cloud-native-docs:gpu-operator/life-cycle-policy.rst" in s for s in result.findings[0].evidence)
+
+
+def test_good_matrix_has_no_violation(catalog: Catalog) -> None:
+    report = evaluate_matrix(load_matrix_file(str(FIXTURES / "good-stages.yaml")), catalog=catalog)
+    assert report.by_status(VIOLATION) == []
+    assert _result(report, "firmware_mofed", "current_production").status == PASS
+    assert _result(report, "openshift_kernel", "current_production").status == PASS
+    assert _result(report, "driver_cuda", "canary_testing").status == PASS
+    assert report.as_dict()["counts"][VIOLATION] == 0
+
+
+def _findings(versions: dict[str, Any], catalog: Catalog, rule: str, previous=None):
+    return check_version_set(versions, catalog=catalog, previous=previous)[rule]
+
+
+def test_driver_branch_outside_the_release_documentation(catalog: Catalog) -> None:
+    findings = _findings(
+        dict(PRODUCTION, gpu_driver="570.86.15", gpu_operator="v24.9.0"), catalog, "gpu_operator_supports_driver"
+    )
+    assert _statuses(findings) == [VIOLATION]
+    same_branch = _findings(dict(PRODUCTION, gpu_driver="550.144.99"), catalog, "gpu_operator_supports_driver")
+    assert _statuses(same_branch) == [WARNING]
+    assert "branch 550 is documented" in same_branch[0].message
+
+
+def test_cuda_above_what_the_driver_runs(catalog: Catalog) -> None:
+    findings = _findings(dict(PRODUCTION, cuda="12.6"), catalog, "driver_cuda")
+    assert _statuses(findings) == [VIOLATION]
+    assert findings[0].message == "driver branch 550 runs CUDA up to 12.4; the stage expects 12.6"
+    assert _statuses(_findings(dict(PRODUCTION, cuda="12.2"), catalog, "driver_cuda")) == [PASS]
+
+
+def test_kernel_change_within_the_operators_openshift_range(catalog: Catalog) -> None:
+    after = dict(PRODUCTION, openshift="4.17.5", kernel="5.14.0-427.50.1.el9_4.x86_64", network_operator="v25.1.0")
+    driver = _findings(after, catalog, "driver_kernel", previous=PRODUCTION)
+    assert _statuses(driver) == [PASS]
+    assert "GPU Operator v24.9.2 builds the GPU driver for the RHCOS kernel of OpenShift 4.17" in driver[0].message
+    mofed = _findings(after, catalog, "mofed_kernel", previous=PRODUCTION)
+    assert _statuses(mofed) == [PASS]
+    unchanged = _findings(PRODUCTION, catalog, "driver_kernel", previous=PRODUCTION)
+    assert unchanged[0].message.startswith("kernel unchanged")
+
+
+def test_kernel_change_outside_kubernetes_catalog_is_a_warning(catalog: Catalog) -> None:
+    before = {"gpu_operator": "v24.9.2", "kernel": "5.15.0-119-generic"}
+    after = {"gpu_operator": "v24.9.2", "kernel": "6.8.0-45-generic"}
+    assert _statuses(_findings(after, catalog, "driver_kernel", previous=before)) == [WARNING]
+
+
+@pytest.mark.parametrize(
+    ("openshift", "kernel", "status"),
+    [
+        ("4.19.9", "5.14.0-570.35.1.el9_6.x86_64", PASS),
+        ("4.19.9", "5.14.0-570.30.1.el9_6.x86_64", VIOLATION),
+        ("4.19.2", "5.14.0-570.25.1.el9_6.x86_64", PASS),
+        ("4.18.10", "5.14.0-427.60.1.el9_4.x86_64", PASS),
+        ("4.18.10", "5.14.0-570.25.1.el9_6.x86_64", VIOLATION),
+        ("4.14.16", "5.14.0-284.59.1.el9_2.x86_64", PASS),
+        ("4.14.16", "5.14.0-427.40.1.el9_4.x86_64", VIOLATION),
+        ("4.13.40", "5.14.0-284.59.1.el9_2.x86_64", WARNING),
+    ],
+)
+def test_openshift_kernel(openshift: str, kernel: str, status: str, catalog: Catalog) -> None:
+    findings = _findings({"openshift": openshift, "kernel": kernel}, catalog, "openshift_kernel")
+    assert _statuses(findings) == [status]
+
+
+def test_known_versions_newer_than_the_catalog_is_a_warning(catalog: Catalog) -> None:
+    findings = _findings({"gpu_operator": "v27.1.0", "network_operator": "v24.7.5"}, catalog, "known_versions")
+    assert _statuses(findings) == [WARNING, WARNING]
+    assert "newer than the catalog's newest release v26.7.0" in findings[0].message
+
+
+def test_changed_groups_compare_by_value() -> None:
+    before = {"firmware_cx7": "28.40.1000", "gpu_operator": "v24.9.0", "kernel": "5.14.0-427.40.1.el9_4.x86_64"}
+    after = {"firmware_cx7": "28.40.10.00", "gpu_operator": "24.9.0", "kernel": "5.14.0-427.40.1.el9_4.x86_64"}
+    assert changed_groups(before, after) == {}
+    after["sriov_operator"] = "4.16.0"
+    after["gpu_driver"] = "550.144.03"
+    assert changed_groups(before, after) == {"gpu_operator": ["gpu_driver"], "sriov_operator": ["sriov_operator"]}
+
+
+def test_upgrade_order_violation_when_a_later_stage_goes_back(catalog: Catalog) -> None:
+    matrix = matrix_from_data(
+        {
+            "current_production": dict(PRODUCTION),
+            "canary_testing": {"openshift": "4.17.5", "kernel": "5.14.0-427.50.1.el9_4.x86_64"},
+            "next_planned": {"gpu_operator": "v25.3.4", "gpu_driver": "580.82.07"},
+            "rollback": {"openshift": "4.16.20"},
+        },
+        source="order.yaml",
+    )
+    report = evaluate_matrix(matrix, catalog=catalog)
+    result = _result(report, "upgrade_order", "next_planned")
+    assert result.status == VIOLATION
+    assert result.findings[0].message.startswith(
+        "next_planned changes GPU Operator after OpenShift changed in an earlier stage"
+    )
+    assert _result(report, "upgrade_order", "canary_testing").status == PASS
+
+
+def test_downgrade_in_a_forward_stage_is_a_warning(catalog: Catalog) -> None:
+    matrix = matrix_from_data(
+        {"current_production": dict(PRODUCTION), "canary_testing": {"gpu_driver": "550.127.08"}}, source="m"
+    )
+    result = _result(evaluate_matrix(matrix, catalog=catalog), "upgrade_order", "canary_testing")
+    assert result.status == WARNING
+    assert "downgrades gpu_driver from 550.144.03 to 550.127.08" in result.findings[0].message
+
+
+def test_rollback_missing_or_equal_to_production(catalog: Catalog) -> None:
+    missing = evaluate_matrix(matrix_from_data({"current_production": dict(PRODUCTION)}, source="m"), catalog=catalog)
+    assert _result(missing, "rollback_differs", "rollback").status == WARNING
+    same = evaluate_matrix(
+        matrix_from_data({"current_production": dict(PRODUCTION), "rollback": {"cuda": "12.4"}}, source="m"),
+        catalog=catalog,
+    )
+    result = _result(same, "rollback_differs", "rollback")
+    assert result.status == VIOLATION
+    assert result.findings[0].message == "rollback equals current_production: it restores nothing"
+    newer = evaluate_matrix(
+        matrix_from_data({"current_production": dict(PRODUCTION), "rollback": {"gpu_driver": "560.35.03"}}, source="m"),
+        catalog=catalog,
+    )
+    assert _statuses(_result(newer, "rollback_differs", "rollback").findings) == [PASS, WARNING]
+
+
+def test_firmware_pairing_unknown_to_the_catalog_is_a_warning(catalog: Catalog) -> None:
+    findings = _findings(dict(PRODUCTION, mofed="24.10-1.0.0.0"), catalog, "firmware_mofed")
+    assert _statuses(findings) == [WARNING]
+    assert "not in catalog" in findings[0].message
