@@ -1,0 +1,249 @@
+#!/usr/bin/python
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_matrix_check
+short_description: Validate a GPU cluster version matrix, plan the next step, audit the cluster for drift
+version_added: 0.1.0
+description:
+  - Reads the version matrix (stages C(current_production), C(canary_testing), C(next_planned), C(rollback))
+    from a file in the Git checkout, from the in-cluster ConfigMap, or both, and reports where the two differ.
+  - Validates it against the published JSON Schema (C(docs/matrix.schema.json)). An invalid matrix fails
+    the task naming the file, the stage, the key, what was found and what was expected, and nothing else
+    runs (no API call).
+  - Evaluates the coupling rules (one component group at a time, GPU Operator and driver, driver and kernel,
+    MOFED and kernel, OpenShift and kernel, firmware and MOFED, upgrade order, rollback entry, known versions)
+    against the compatibility catalog shipped with the collection, merged with C(catalog.yaml) beside the
+    matrix when present.
+  - Plans the way from C(current_production) to O(target_stage), one component group per step.
+  - With O(audit=true), compares the live cluster with the matrix per node (the canary node, labelled
+    C(gpu-canary=true), with C(canary_testing); the others with C(current_production)), using paginated
+    list calls only.
+  - Read-only; never changes the cluster.
+author:
+  - gpufleet.upgrade contributors
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+attributes:
+  check_mode:
+    support: full
+    description: The module only reads; check mode returns the same result.
+  diff_mode:
+    support: none
+    description: The module changes nothing, so there is no diff.
+options:
+  src:
+    description:
+      - Path of the matrix file (ConfigMap form, plain stages, or the C(versions) short form).
+      - At least one of O(src) and O(configmap_name) is required.
+    type: path
+  configmap_name:
+    description:
+      - Name of the ConfigMap holding the matrix under C(data.matrix.yaml).
+      - With O(src) too, both are read and their differences returned in RV(configmap_differences).
+    type: str
+  configmap_namespace:
+    description: Namespace of O(configmap_name).
+    type: str
+    default: gpu-operator
+  catalog:
+    description:
+      - Path of a user compatibility catalog merged over the shipped one.
+      - Defaults to C(catalog.yaml) beside O(src) when that file exists.
+    type: path
+  target_stage:
+    description: Stage the plan leads to from C(current_production).
+    type: str
+    default: canary_testing
+    choices: [canary_testing, next_planned, rollback, current_production]
+  audit:
+    description: Compare the live cluster with the matrix (needs the Kubernetes connection options).
+    type: bool
+    default: false
+  firmware_by_node:
+    description:
+      - NIC firmware read from each node's BMC, a mapping of node name to a mapping of firmware key
+        (for example C(firmware_cx7)) to the version the BMC reports.
+      - Without it, firmware is read from the node labels C(gpufleet.io/firmware.<name>) where present.
+    type: dict
+requirements:
+  - kubernetes >= 24.2.0 (for O(audit) and O(configmap_name))
+  - PyYAML
+  - jsonschema
+seealso:
+  - name: Matrix format, rules and catalog
+    description: docs/matrix.md in the collection.
+    link: https://example.invalid/gpufleet/upgrade/docs/matrix.md
+"""
+
+EXAMPLES = r"""
+- name: Validate the matrix and plan the canary step
+  gpufleet.upgrade.gpu_matrix_check:
+    src: "{{ playbook_dir }}/../matrix/gpu-version-matrix.yaml"
+  register: matrix
+
+- name: Audit the cluster against the matrix kept in Git and in the cluster
+  gpufleet.upgrade.gpu_matrix_check:
+    src: matrix/gpu-version-matrix.yaml
+    configmap_name: gpu-version-matrix
+    configmap_namespace: gpu-operator
+    audit: true
+    kubeconfig: ~/.kube/config
+  register: audit
+
+- name: Stop when any node drifted
+  ansible.builtin.assert:
+    that: audit.drift.nodes_with_drift | length == 0
+    fail_msg: "Drift on {{ audit.drift.nodes_with_drift | join(', ') }}"
+"""
+
+RETURN = r"""
+matrix_source:
+  description: Where the matrix that was evaluated came from.
+  returned: success
+  type: str
+  sample: matrix/gpu-version-matrix.yaml
+valid:
+  description: True when no rule reports a violation.
+  returned: success
+  type: bool
+  sample: false
+violations:
+  description: Rule results with status C(violation), each with its reason and evidence.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - rule: known_versions
+      stage: canary_testing
+      status: violation
+      reason: Versions that no known release has are typos or unreleased builds.
+      findings:
+        - status: violation
+          message: "gpu_operator v24.12.0: no GPU Operator release has this version"
+          evidence: ["gpu_operator releases: v24.9.2, v25.3.0"]
+warnings:
+  description: Schema warnings (placeholders in next_planned) and rule results with status C(warning).
+  returned: success
+  type: list
+  elements: dict
+rules:
+  description: Every rule's result per stage, with counts by status.
+  returned: success
+  type: dict
+plan:
+  description: The ordered steps from current_production to O(target_stage), one component group each.
+  returned: success
+  type: dict
+  sample:
+    baseline: current_production
+    target: canary_testing
+    direction: upgrade
+    steps:
+      - number: 1
+        group: gpu_operator
+        changes: [{component: gpu_driver, from: 560.35.03, to: 565.57.01}]
+configmap_differences:
+  description: Differences between the file and the in-cluster ConfigMap (empty when only one was read).
+  returned: success
+  type: list
+  elements: dict
+drift:
+  description: Per-node and cluster-wide comparison with the matrix, and a summary by component.
+  returned: when O(audit=true)
+  type: dict
+  contains:
+    nodes:
+      description: Per node, each component's expected and found version and status (ok, drift, unknown).
+      type: list
+      elements: dict
+    cluster:
+      description: Cluster-wide components (GPU Operator, OpenShift, Network Operator, SR-IOV, DCGM...).
+      type: list
+      elements: dict
+    summary:
+      description: Counts of ok, drift and unknown per component.
+      type: dict
+    nodes_with_drift:
+      description: Names of the nodes where at least one component drifted.
+      type: list
+      elements: str
+api_requests:
+  description: How many API requests the check sent.
+  returned: when the cluster was read
+  type: int
+  sample: 12
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+    k8s_auth_argument_spec,
+    missing_libraries,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_check import MatrixSource, run_matrix_check
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import HAS_YAML, YAML_IMPORT_ERROR
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema import (
+    HAS_JSONSCHEMA,
+    JSONSCHEMA_IMPORT_ERROR,
+)
+
+
+def argument_spec():
+    spec = k8s_auth_argument_spec()
+    spec.update(
+        src={"type": "path"},
+        configmap_name={"type": "str"},
+        configmap_namespace={"type": "str", "default": "gpu-operator"},
+        catalog={"type": "path"},
+        target_stage={
+            "type": "str",
+            "default": "canary_testing",
+            "choices": ["canary_testing", "next_planned", "rollback", "current_production"],
+        },
+        audit={"type": "bool", "default": False},
+        firmware_by_node={"type": "dict"},
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        required_one_of=[("src", "configmap_name")],
+        supports_check_mode=True,
+    )
+    for library, error in [("PyYAML", YAML_IMPORT_ERROR), ("jsonschema", JSONSCHEMA_IMPORT_ERROR)]:
+        if error is not None and not (HAS_YAML if library == "PyYAML" else HAS_JSONSCHEMA):
+            module.fail_json(msg=missing_required_lib(library), exception=error)
+    if module.params["audit"] or module.params["configmap_name"]:
+        for library, error in missing_libraries():
+            module.fail_json(msg=missing_required_lib(library), exception=error)
+
+    source = MatrixSource(
+        path=module.params["src"],
+        configmap_name=module.params["configmap_name"],
+        configmap_namespace=module.params["configmap_namespace"],
+        catalog_path=module.params["catalog"],
+    )
+    try:
+        result = run_matrix_check(
+            source,
+            target_stage=module.params["target_stage"],
+            audit=module.params["audit"],
+            connect=lambda: KubeApi.from_params(module.params),
+            firmware_by_node=module.params["firmware_by_node"],
+        )
+    except GpuFleetError as err:
+        module.fail_json(msg=f"Failed to check the version matrix: {err.msg}", **err.result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
