@@ -97,7 +97,7 @@ def parse_label_selector(text: str) -> Tuple[SelectorRequirement, ...]:
             if take() != "(":
                 raise InvalidInputError(f"Label selector {text!r}: expected '(' after {operator!r}")
             values: List[str] = []
-            for _ in range(len(tokens)):
+            for _attempt in range(len(tokens)):
                 value = take()
                 if value == ")":
                     break
@@ -573,7 +573,7 @@ def drain_pods(
         raise RolloutHaltedError(
             f"Cannot empty node {node_name}: {reasons}", node=node_name, result={"pods": plan.summary()}
         )
-    refusals, _ = evict_pods(api, node_name, plan.evict, timeout=timeout, sleep=sleep, clock=clock, pause=pause)
+    refusals, _gone = evict_pods(api, node_name, plan.evict, timeout=timeout, sleep=sleep, clock=clock, pause=pause)
     leaving = list(plan.evict) + list(plan.terminating)
     remaining_time = max(0.0, timeout - (clock() - started))
     wait_for_pods_gone(api, node_name, leaving, timeout=remaining_time, sleep=sleep, clock=clock, pause=pause)

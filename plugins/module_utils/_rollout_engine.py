@@ -439,12 +439,12 @@ class RolloutPlan:
             "skipped": [{"node": name, "why": self.dispositions[name].why} for name in self.skipped],
             "halted_by": [{"node": name, "why": self.dispositions[name].why} for name in self.halted_by],
             "steps": [{"name": name, "description": text} for name, text in self.step_descriptions],
-            "forecast_order": [name for _, name in self.forecast.starts],
+            "forecast_order": [name for _when, name in self.forecast.starts],
         }
 
 
 def _validate(settings: RolloutSettings, steps: Sequence[NodeStep]) -> None:
-    _ = settings.keys  # builds the annotation names, which validates the rollout name
+    ProgressKeys(settings.name)  # raises InvalidInputError for a rollout name the annotation keys cannot hold
     if settings.max_parallel < 0 or settings.max_per_domain < 0:
         raise InvalidInputError("max_parallel and max_per_domain cannot be negative")
     if settings.budget_wait_timeout < 0 or settings.budget_wait_sleep <= 0:
@@ -556,7 +556,7 @@ def begin_write(node: Mapping[str, Any], *, settings: RolloutSettings, moment: s
     """Mark the node in progress, remember its initial state, cordon it -- in one write."""
     before = read_progress(node, settings.keys)
     resumed = before.state == STATE_IN_PROGRESS and before.target == settings.target
-    annotations, _ = start_annotations(node, keys=settings.keys, target=settings.target, moment=moment)
+    annotations, _previous = start_annotations(node, keys=settings.keys, target=settings.target, moment=moment)
     cordon = settings.manage_cordon and not node_is_unschedulable(node)
     return NodeWrite(
         annotations=annotations,
@@ -839,7 +839,7 @@ def execute_rollout(
                     continue
             if not in_flight:
                 break
-            finished, _ = concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
+            finished, _pending = concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in sorted(finished, key=lambda item: plan.order.index(in_flight[item])):
                 in_flight.pop(future)
                 run = future.result()

@@ -312,7 +312,7 @@ def simulate_schedule(
         if not finishing:
             blocked_reason = decision.blocked_reason
             break
-        now, _, name = heapq.heappop(finishing)
+        now, _sequence, name = heapq.heappop(finishing)
         scheduler.node_finished(name)
         ends[name] = now
         if name in view:

@@ -335,9 +335,11 @@ def test_plan_rejects_bad_input():
     with pytest.raises(InvalidInputError, match="not in the node pool"):
         build_plan(settings=settings(), targets=["a", "zz"], steps=[], pool_nodes=nodes)
     with pytest.raises(InvalidInputError, match="engine's own"):
-        build_plan(settings=settings(), targets=["a"], steps=[NodeStep("cordon", lambda _: None)], pool_nodes=nodes)
+        build_plan(
+            settings=settings(), targets=["a"], steps=[NodeStep("cordon", lambda _context: None)], pool_nodes=nodes
+        )
     with pytest.raises(InvalidInputError, match="unique"):
-        step = NodeStep("reload", lambda _: None)
+        step = NodeStep("reload", lambda _context: None)
         build_plan(settings=settings(), targets=["a"], steps=[step, step], pool_nodes=nodes)
     with pytest.raises(InvalidInputError, match="Canary"):
         build_plan(settings=settings(canary_nodes=("b",)), targets=["a"], steps=[], pool_nodes=nodes)
@@ -374,7 +376,7 @@ def test_rollout_runs_every_node_within_the_budget_and_is_idempotent():
     assert [name for name in targets if cluster.cordoned(name)] == ["gpu-worker-3"]
     assert cluster.state("gpu-worker-3").initially_unschedulable
     assert not cluster.cordoned("cpu-worker-1")
-    assert "cpu-worker-1" not in {name for name, _ in cluster.writes}
+    assert "cpu-worker-1" not in {name for name, _value in cluster.writes}
     # The timeline: per node, each step with times and outcome, engine steps around the caller's.
     entry = next(item for item in result["timeline"] if item["node"] == "gpu-worker-1")
     assert [step["name"] for step in entry["steps"]] == ["cordon", "reload", "verify", "uncordon"]

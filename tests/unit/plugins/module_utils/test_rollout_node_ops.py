@@ -135,7 +135,7 @@ def test_unmanaged_and_emptydir_pods_block_unless_allowed():
     ]
     strict = pods_to_evict(pods, selection=PodSelection(gpu=True))
     assert strict.evict == ()
-    assert [key for key, _ in strict.blocked] == ["ml/bare-1", "ml/scratch-1"]
+    assert [key for key, _value in strict.blocked] == ["ml/bare-1", "ml/scratch-1"]
     assert "force" in dict(strict.blocked)["ml/bare-1"]
     assert "delete_emptydir_data" in dict(strict.blocked)["ml/scratch-1"]
     lenient = pods_to_evict(pods, selection=PodSelection(gpu=True, force=True, delete_emptydir_data=True))

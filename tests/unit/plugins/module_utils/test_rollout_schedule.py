@@ -69,7 +69,7 @@ def run_event_loop(
     seen = EventLoopRun()
     clock = 0.0
     heap: list[tuple[float, str]] = []
-    for _ in range(2 * len(order) + 2):
+    for _attempt in range(2 * len(order) + 2):
         decision = scheduler.decide(view)
         for name in decision.start:
             seen.start_times[name] = clock
@@ -306,7 +306,7 @@ def test_budget_allows_p_when_parallel_cap_is_larger_and_some_nodes_are_already_
 
 def test_random_rollouts_never_exceed_budget_parallelism_or_domains():
     rng = random.Random(20261122)
-    for _ in range(150):
+    for _attempt in range(150):
         count = rng.randint(1, 25)
         names = [f"gpu-{i}" for i in range(count)]
         extra = [f"spare-{i}" for i in range(rng.randint(0, 5))]
@@ -368,7 +368,7 @@ def test_nodes_that_stay_cordoned_keep_using_the_budget():
     forecast = simulate_schedule(
         order=names, pool=pool, limits=ScheduleLimits(max_unavailable=1), stay_unavailable={"a"}
     )
-    assert [name for _, name in forecast.starts] == ["a"]
+    assert [name for _when, name in forecast.starts] == ["a"]
     assert forecast.never_started == ("b",)
     assert forecast.blocked_reason.startswith("budget")
 
