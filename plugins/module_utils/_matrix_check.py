@@ -57,7 +57,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema im
 # one driver pod and one MOFED pod.
 NODE_PAGE = 500
 POD_PAGE = 5000
-DRIVER_POD_SELECTOR = "app=nvidia-driver-daemonset"
+# The GPU Operator labels every driver pod with this component label; the
+# "app" label carries the DaemonSet name, which on OpenShift includes the
+# RHCOS version (nvidia-driver-daemonset-416.94.202410211619-0).
+DRIVER_POD_SELECTOR = "app.kubernetes.io/component=nvidia-driver"
 MOFED_POD_SELECTOR = "nvidia.com/ofed-driver"
 
 
@@ -175,7 +178,7 @@ def run_matrix_check(
         "matrix_source": matrix.source,
         "valid": not violations,
         "violations": violations,
-        "warnings": warnings,
+        "matrix_warnings": warnings,
         "rules": rules.as_dict(),
         "plan": plan.as_dict(),
         "configmap_differences": differences,

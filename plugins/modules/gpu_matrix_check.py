@@ -25,7 +25,7 @@ description:
     list calls only.
   - Read-only; never changes the cluster.
 author:
-  - gpufleet.upgrade contributors
+  - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 attributes:
@@ -126,7 +126,7 @@ violations:
         - status: violation
           message: "gpu_operator v24.12.0: no GPU Operator release has this version"
           evidence: ["gpu_operator releases: v24.9.2, v25.3.0"]
-warnings:
+matrix_warnings:
   description: Schema warnings (placeholders in next_planned) and rule results with status C(warning).
   returned: success
   type: list
@@ -140,13 +140,15 @@ plan:
   returned: success
   type: dict
   sample:
-    baseline: current_production
-    target: canary_testing
+    from: current_production
+    to: canary_testing
     direction: upgrade
+    groups: [gpu_operator]
     steps:
-      - number: 1
+      - step: 1
         group: gpu_operator
-        changes: [{component: gpu_driver, from: 560.35.03, to: 565.57.01}]
+        title: GPU Operator
+        changes: [{component: gpu_driver, from: 560.35.03, to: 570.124.06}]
 configmap_differences:
   description: Differences between the file and the in-cluster ConfigMap (empty when only one was read).
   returned: success

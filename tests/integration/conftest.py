@@ -58,13 +58,17 @@ def run_playbook(
         command.append("--diff")
     if verbosity:
         command.append("-" + "v" * verbosity)
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False)
     return PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
 
 
 def kubectl(twin: TwinProcess, *args: str, check: bool = True) -> str:
     completed = subprocess.run(
-        ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args], capture_output=True, text=True, timeout=60
+        ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     if check and completed.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {completed.stderr}")
