@@ -101,6 +101,7 @@ def start_twin(
 ) -> TwinProcess:
     """Start a twin and return once it serves (its ready line was printed)."""
     workdir = workdir or pathlib.Path(tempfile.mkdtemp(prefix="gpufleet-twin-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = workdir / "kubeconfig"
     log_path = workdir / "twin.log"
     command = [
