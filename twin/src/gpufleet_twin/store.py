@@ -34,7 +34,8 @@ Predicate = Callable[[Obj], bool]
 Admission = Callable[[str, ResourceType, Obj, "Obj | None"], None]
 # A delete handler decides how a deletion proceeds: return the object with
 # deletionTimestamp set to delete gracefully (something else finishes the
-# deletion later), or None to remove it now.
+# deletion later), or None to remove it now.  The object it gets carries the
+# grace period the request asked for, if any, as deletionGracePeriodSeconds.
 DeleteHandler = Callable[["Store", ResourceType, Obj], "Obj | None"]
 Listener = Callable[["WatchEvent"], None]
 
@@ -157,9 +158,28 @@ class Store:
     def count(self, rtype: ResourceType) -> int:
         return len(self._bucket(rtype))
 
+    def compacted_revision(self, rtype: ResourceType) -> int:
+        """The newest resourceVersion of ``rtype`` whose watch history is gone (0: none)."""
+        return self._compacted.get(rtype.key, 0)
+
     # -- writes -----------------------------------------------------------------------
-    def create(self, rtype: ResourceType, obj: Obj, *, namespace: str | None = None) -> Obj:
-        new = copy.deepcopy(obj)
+    def create(
+        self,
+        rtype: ResourceType,
+        obj: Obj,
+        *,
+        namespace: str | None = None,
+        dry_run: bool = False,
+        restore: bool = False,
+    ) -> Obj:
+        """Create; with ``dry_run`` every check and admission runs and nothing is stored.
+
+        ``restore`` writes an object as if it had been in etcd all along (the
+        simulation seeding 10,000 complete Nodes): admission hooks do not run,
+        and ``obj`` itself is stored without a copy, so the caller must not
+        use it afterwards.
+        """
+        new = obj if restore else copy.deepcopy(obj)
         meta = new.setdefault("metadata", {})
         if rtype.namespaced:
             ns = namespace or meta.get("namespace") or "default"
@@ -186,12 +206,17 @@ class Store:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self.clock.iso()
         meta["generation"] = 1
-        for hook in self._admission:
+        for hook in () if restore else self._admission:
             hook("CREATE", rtype, new, None)
+        if dry_run:
+            return new
         return self._write(rtype, key, new, None, "ADDED")
 
-    def update(self, rtype: ResourceType, obj: Obj, *, subresource: str | None = None) -> Obj:
-        """Replace an object (PUT). A non-empty resourceVersion must be the current one."""
+    def update(self, rtype: ResourceType, obj: Obj, *, subresource: str | None = None, dry_run: bool = False) -> Obj:
+        """Replace an object (PUT). A non-empty resourceVersion must be the current one.
+
+        With ``dry_run`` the would-be object is returned and nothing is stored.
+        """
         meta = obj.get("metadata") or {}
         name = meta.get("name")
         if not name:
@@ -215,6 +240,9 @@ class Store:
         if _semantically_equal(old, new):
             return old
         self._bump_generation(rtype, old, new)
+        if dry_run:
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            return new
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             return self._remove(rtype, key, old)
         return self._write(rtype, key, new, old, "MODIFIED")
@@ -249,8 +277,13 @@ class Store:
         precondition_uid: str | None = None,
         precondition_rv: str | None = None,
         immediate: bool = False,
+        dry_run: bool = False,
+        grace_period_seconds: int | None = None,
     ) -> Obj:
-        """Delete; returns the deleted object, or the object now terminating."""
+        """Delete; returns the deleted object, or the object now terminating.
+
+        With ``dry_run`` the result is computed and nothing changes.
+        """
         key = (self._ns(rtype, namespace), name)
         current = self._bucket(rtype).get(key)
         if current is None:
@@ -266,14 +299,23 @@ class Store:
             terminating = copy.deepcopy(current)
             terminating["metadata"]["deletionTimestamp"] = self.clock.iso()
             terminating["metadata"]["deletionGracePeriodSeconds"] = 0
+            if dry_run:
+                return terminating
             return self._write(rtype, key, terminating, current, "MODIFIED")
         handler = None if immediate else self._delete_handlers.get(rtype.key)
         if handler is not None:
             if meta.get("deletionTimestamp"):
                 return current
-            terminating = handler(self, rtype, copy.deepcopy(current))
+            candidate = copy.deepcopy(current)
+            if grace_period_seconds is not None:
+                candidate["metadata"]["deletionGracePeriodSeconds"] = grace_period_seconds
+            terminating = handler(self, rtype, candidate)
             if terminating is not None:
+                if dry_run:
+                    return terminating
                 return self._write(rtype, key, terminating, current, "MODIFIED")
+        if dry_run:
+            return current
         return self._remove(rtype, key, current)
 
     # -- watch --------------------------------------------------------------------------
@@ -316,7 +358,9 @@ class Store:
         if found is None:
             raise errors.not_found("namespaces", namespace)
         if found["metadata"].get("deletionTimestamp"):
-            raise errors.forbidden(f"unable to create new content in namespace {namespace} because it is being terminated")
+            raise errors.forbidden(
+                f"unable to create new content in namespace {namespace} because it is being terminated"
+            )
 
     def _carry_server_fields(self, rtype: ResourceType, old: Obj, new: Obj, subresource: str | None) -> None:
         old_meta, meta = old["metadata"], new.setdefault("metadata", {})
