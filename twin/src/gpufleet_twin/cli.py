@@ -27,7 +27,9 @@ from aiohttp import web
 
 from . import tls
 from .cluster import Twin
+from .redfish import service as bmc_service
 from .server import ApiServer, create_twin, install_crds, load_crd_manifests, own_crds_directory
+from .sim.build import populate as populate_simulation
 
 log = logging.getLogger("gpufleet_twin")
 
@@ -53,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--bare",
         action="store_true",
         help="serve the API only, without the simulation (namespaces only; for API tests and debugging)",
+    )
+    serve.add_argument(
+        "--bmcs",
+        type=int,
+        default=bmc_service.DEFAULT_MAX_BMCS,
+        help="GPU nodes that get an iDRAC-like Redfish BMC, first by name (default %(default)s)",
     )
     serve.add_argument("--log-level", default="INFO", dest="log_level")
     return parser
@@ -82,12 +90,18 @@ async def serve(options: argparse.Namespace) -> int:
     if options.crds is not None:
         names = install_crds(twin, load_crd_manifests(options.crds))
         log.info("loaded %d CRDs from %s", len(names), options.crds)
+    material = tls.generate_tls_material()
+    tls_files = tls.write_tls_files(material, state_dir / "tls")
     if options.bare:
         seed_bare_cluster(twin)
     else:
-        populate(twin, _simulation_options(options))
-
-    tls_files = tls.write_tls_files(tls.generate_tls_material(), state_dir / "tls")
+        populate_simulation(twin, _simulation_options(options))
+        bmc_service.install(
+            twin,
+            ca=bmc_service.CaPair(cert_pem=material.ca_cert_pem, key_pem=material.ca_key_pem),
+            max_bmcs=options.bmcs,
+            work_dir=state_dir / "bmc",
+        )
     api = ApiServer(twin)
     runner = web.AppRunner(api.make_app(), access_log=None, handle_signals=False)
     await runner.setup()
@@ -134,27 +148,6 @@ async def serve(options: argparse.Namespace) -> int:
         await twin.stop_controllers()
         await runner.cleanup()
     return 0
-
-
-def populate(twin: Twin, options: dict[str, Any]) -> None:
-    """Let the simulation add nodes, controllers, hooks and routes (``sim.build.populate``)."""
-    try:
-        from .sim.build import populate as populate_simulation  # noqa: PLC0415 - optional, written separately
-    except ModuleNotFoundError as missing:
-        if missing.name not in ("gpufleet_twin.sim.build", "gpufleet_twin.sim"):
-            raise
-        serve_empty_cluster_until_sim_exists(twin)
-        return
-    populate_simulation(twin, options)
-
-
-def serve_empty_cluster_until_sim_exists(twin: Twin) -> None:
-    """TEMPORARY fallback: without ``gpufleet_twin.sim.build`` the twin serves an empty cluster.
-
-    Remove once every checkout has the simulation package's ``populate``.
-    """
-    log.warning("gpufleet_twin.sim.build is missing: serving an empty cluster")
-    seed_bare_cluster(twin)
 
 
 def seed_bare_cluster(twin: Twin) -> None:

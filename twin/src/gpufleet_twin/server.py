@@ -30,6 +30,7 @@ import base64
 import binascii
 import bisect
 import copy
+import email.utils
 import hmac
 import json
 import logging
@@ -697,8 +698,15 @@ class ApiServer:
         for method, path, handler in self.twin.routes:
             app.router.add_route(method, path, handler)
         app.router.add_route("*", "/{tail:.*}", self._serve)
+        app.on_response_prepare.append(self._date_header)
         app.on_shutdown.append(self._on_shutdown)
         return app
+
+    async def _date_header(self, request: web.Request, response: web.StreamResponse) -> None:
+        # A real server's Date is its own wall clock; the twin's wall clock is
+        # the simulated one, so clients that time things by the server (a bake
+        # window) see simulated time pass.
+        response.headers["Date"] = email.utils.formatdate(self.twin.clock.now(), usegmt=True)
 
     async def _on_shutdown(self, app: web.Application) -> None:
         self._stopping.set()

@@ -23,11 +23,16 @@ DEFAULT_HOSTS = ("127.0.0.1", "localhost")
 
 @dataclass(frozen=True)
 class TlsMaterial:
-    """PEM-encoded CA certificate and the server's certificate and private key."""
+    """PEM-encoded CA certificate and key, and the server's certificate and private key.
+
+    The CA key stays in memory: the BMCs' certificates are signed by the same
+    CA, so one ``ca.crt`` lets clients verify the API server and every BMC.
+    """
 
     ca_cert_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    ca_key_pem: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,11 @@ def generate_tls_material(
         ca_cert_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
         cert_pem=server_cert.public_bytes(serialization.Encoding.PEM),
         key_pem=server_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+        ca_key_pem=ca_key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),

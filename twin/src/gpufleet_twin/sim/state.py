@@ -4,12 +4,23 @@ Controllers keep the API objects (Node status and labels, pods) in step with
 this state: a node's kernel, whether its GPU driver is loaded, its error
 counters and InfiniBand ports.  Pod logs of validation pods and the BMCs
 read it, so what a validation gate sees reflects the node's simulated health.
+
+Changing a scalar field of a ``NodeHealth`` that ``SimState`` knows (through
+``add_node``) tells the kubelet simulation at once, so the Node object
+(Ready condition, allocatable GPUs, GFD/NFD labels) follows without polling.
+In-place edits of lists (``xid_events``, ``ib_ports``) are read live by the
+pod logs and need no notification.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ..clock import SimClock
 
 Obj = dict[str, Any]
 
@@ -41,17 +52,27 @@ class NodeHealth:
     ready: bool = True
     rebooting_until: float | None = None  # simulated time the node comes back
     never_returns: bool = False  # fault: after a reboot it stays NotReady
+    boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))  # changes with every reboot
     # GPU stack on the node
     driver_version: str | None = None  # version of the loaded kernel module, None = not loaded
     device_plugin_up: bool = False
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     xid_events: list[int] = field(default_factory=list)
-    dcgm_failures: list[str] = field(default_factory=list)  # failing dcgmi diag tests
+    dcgm_failures: list[str] = field(default_factory=list)  # failing dcgmi diag tests ("pcie", "PCIe:1"...)
+    dcgm_version: str = "3.3.8"  # DCGM in the validation image: 3.x and 4.x print diag tables differently
     # Network stack on the node
     mofed_version: str | None = None
     secondary_network_up: bool = True
     ib_ports: list[IbPort] = field(default_factory=list)
+    # Set by SimState.add_node: called with the node name when a field changes.
+    _on_change: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        listener = self.__dict__.get("_on_change")
+        if listener is not None and not name.startswith("_"):
+            listener(self.__dict__["name"])
 
     @property
     def gpus_allocatable(self) -> int:
@@ -59,6 +80,11 @@ class NodeHealth:
         if not self.ready or self.driver_version is None or not self.device_plugin_up:
             return 0
         return self.gpu_count
+
+    @property
+    def kubelet_running(self) -> bool:
+        """False while the machine is down (rebooting or dead): nothing on it progresses."""
+        return self.rebooting_until is None and not (self.never_returns and not self.ready)
 
 
 @dataclass(frozen=True)
@@ -70,6 +96,11 @@ class PodPlan:
     run_for: float | None = None  # for succeeded/failed: seconds Running before it ends
     message: str = ""  # shown as the waiting/terminated reason's message
     reason: str = ""  # e.g. CrashLoopBackOff, Error, Completed
+    # Side effects of the simulated process, called by the kubelet with the
+    # pod object: when its containers become Ready (a driver pod loads its
+    # module) and when they stop (pod deleted, node rebooted, container ended).
+    on_ready: Callable[[Obj], None] | None = field(default=None, compare=False)
+    on_stop: Callable[[Obj], None] | None = field(default=None, compare=False)
 
 
 # Decides how a pod behaves on a node; returns None to let the next one decide.
@@ -88,6 +119,21 @@ class SimState:
     driver_builds: dict[str, set[str]] = field(default_factory=dict)
     # Kernels with no driver build at all (fault "driver fails to build for a kernel").
     kernels_without_driver_build: set[str] = field(default_factory=set)
+    # The twin's clock (set by ``build.populate``); ``reboot`` needs it.
+    clock: SimClock | None = None
+    # Simulated time the cluster was populated; scenario ``at`` times count from it.
+    started_at: float = 0.0
+    # "openshift" or "kubernetes"
+    profile: str = "kubernetes"
+    # ``sim.recorder.Recorder`` once populated (``set_budget``, ``record_disruption``).
+    recorder: Any = None
+    # ``sim.events.EventRecorder`` once populated: records core/v1 Events.
+    events: Any = None
+    # Whether the kubelet records per-pod Events (Scheduled, Started, Killing...);
+    # off for very large clusters to keep the Event count proportionate.
+    pod_events: bool = True
+    # Called with a node name whenever its NodeHealth changes (the kubelet listens).
+    node_listeners: list[Callable[[str], None]] = field(default_factory=list)
 
     def plan_for(self, pod: Obj, node: NodeHealth) -> PodPlan:
         for behaviour in self.pod_behaviours:
@@ -101,3 +147,38 @@ class SimState:
             return False
         kernels = self.driver_builds.get(driver_version)
         return kernels is None or kernel in kernels
+
+    # -- nodes ----------------------------------------------------------------------
+    def add_node(self, health: NodeHealth) -> NodeHealth:
+        """Register a node's health; later field changes notify ``node_listeners``."""
+        self.nodes[health.name] = health
+        health._on_change = self.node_changed
+        self.node_changed(health.name)
+        return health
+
+    def node_changed(self, node_name: str) -> None:
+        for listener in self.node_listeners:
+            listener(node_name)
+
+    def now(self) -> float:
+        if self.clock is None:
+            raise RuntimeError("SimState.clock is not set (build.populate sets it)")
+        return self.clock.now()
+
+    def reboot(self, node_name: str, duration: float) -> None:
+        """Take a node down for ``duration`` simulated seconds, as a power cycle does.
+
+        The loaded GPU driver and the device plugin go with it (the kernel
+        module is gone after a reboot; the driver pod reloads it when the
+        kubelet restarts it).  The kubelet brings the node back at
+        ``rebooting_until`` unless ``never_returns`` is set, restarting the
+        containers of every pod on it.
+        """
+        health = self.nodes[node_name]
+        until = self.now() + max(0.0, duration)
+        if health.rebooting_until is not None:
+            until = max(until, health.rebooting_until)
+        health.rebooting_until = until
+        health.ready = False
+        health.device_plugin_up = False
+        health.driver_version = None

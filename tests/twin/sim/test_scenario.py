@@ -1,0 +1,134 @@
+"""Scenario files and ``build.populate``, the entry point the CLI calls."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet_twin.server import create_twin
+from gpufleet_twin.sim import podutil
+from gpufleet_twin.sim.build import populate
+from gpufleet_twin.sim.faults import FaultInjector
+from gpufleet_twin.sim.kinds import Kinds
+from gpufleet_twin.sim.scenario import ScenarioError, load_scenario, parse_scenario
+
+SCENARIO = """\
+description: canary pool with a node that never comes back
+nodes: 4
+profile: openshift
+gpu: {product: NVIDIA-A100-SXM4-80GB, count: 4}
+driver_version: 535.183.01
+dcgm_version: 4.2.3
+workloads: false
+cordoned: [gpu-worker-002]
+driver_builds:
+  "565.57.01": [5.14.0-427.40.1.el9_4.x86_64]
+faults:
+  - type: node_never_returns
+    node: gpu-worker-003
+  - type: api_errors
+    at: 120
+    code: 503
+    count: 5
+    verb: patch
+    resource: nodes
+"""
+
+
+def test_scenario_file_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "canary.yaml"
+    path.write_text(SCENARIO)
+    scenario = load_scenario(path)
+    spec = scenario.seed_spec(nodes=scenario.nodes or 0, profile=scenario.profile or "kubernetes")
+    assert (spec.nodes, spec.profile, spec.gpu_product, spec.gpu_count) == (4, "openshift", "NVIDIA-A100-SXM4-80GB", 4)
+    assert spec.driver_version == "535.183.01" and spec.dcgm_version == "4.2.3"
+    assert spec.cordoned == ("gpu-worker-002",) and spec.workloads is False
+    assert scenario.driver_builds == {"565.57.01": ["5.14.0-427.40.1.el9_4.x86_64"]}
+    assert [f["type"] for f in scenario.faults] == ["node_never_returns", "api_errors"]
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("nodes: 3\nnode_count: 4\n", "unknown keys \\['node_count'\\]"),
+        ("profile: eks\n", "profile must be one of"),
+        ("nodes: -1\n", "non-negative integer"),
+        ("gpu: {model: H100}\n", "'gpu' takes only"),
+        ("faults:\n  - type: reboot\n", "fault #1: fault reboot needs 'node'"),
+        ("- just\n- a list\n", "expected a mapping"),
+    ],
+)
+def test_bad_scenarios_name_the_problem(text: str, problem: str) -> None:
+    with pytest.raises(ScenarioError, match=problem):
+        parse_scenario(yaml.safe_load(text), source="bad.yaml")
+
+
+def test_populate_builds_the_cluster_from_options_and_scenario(tmp_path: Path) -> None:
+    path = tmp_path / "canary.yaml"
+    path.write_text(SCENARIO)
+
+    async def check() -> None:
+        twin = create_twin()
+        populate(twin, {"nodes": 99, "profile": "kubernetes", "scenario": str(path), "from_snapshot": None})
+        kinds = Kinds.from_registry(twin.registry)
+        names = [n["metadata"]["name"] for n in twin.store.list(kinds.node)]
+        assert names == [
+            "gpu-worker-001",
+            "gpu-worker-002",
+            "gpu-worker-003",
+            "gpu-worker-004",
+            "master-0",
+            "master-1",
+            "master-2",
+        ]
+        node = twin.store.get(kinds.node, None, "gpu-worker-001")
+        assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+        assert twin.store.get(kinds.node, None, "gpu-worker-002")["spec"]["unschedulable"] is True
+        assert twin.sim.nodes["gpu-worker-003"].never_returns is True
+        assert twin.sim.driver_builds == {"565.57.01": {"5.14.0-427.40.1.el9_4.x86_64"}}
+        assert twin.pod_logs is not None and twin.sim.recorder is not None
+        routes = {(method, path) for method, path, _ in twin.routes}
+        assert {
+            ("POST", "/admin/faults"),
+            ("GET", "/admin/faults"),
+            ("DELETE", "/admin/faults"),
+            ("POST", "/admin/clock/advance"),
+            ("GET", "/admin/clock"),
+            ("GET", "/admin/report"),
+            ("POST", "/admin/report/reset"),
+            ("POST", "/admin/budget"),
+        } <= routes
+        assert twin.before_request and twin.after_request
+        assert twin.published["profile"] == "openshift"
+        assert twin.published["gpu_worker_nodes"][0] == "gpu-worker-001"
+        assert twin.published["gpu_operator_namespace"] == "nvidia-gpu-operator"
+        names = {c.name for c in twin.controllers}
+        assert {
+            "kubelet",
+            "scheduler",
+            "node-lifecycle",
+            "daemonset-controller",
+            "deployment-controller",
+            "replicaset-controller",
+            "job-controller",
+            "disruption-controller",
+            "garbage-collector",
+            "fault-injector",
+        } <= names
+        injector = next(c for c in twin.controllers if isinstance(c, FaultInjector))
+        pending = [f for f in injector.faults() if f.state == "pending"]
+        assert [f.type for f in pending] == ["api_errors"]
+        twin.start_controllers()
+        try:
+            for _ in range(30):
+                twin.clock.advance(5)
+                await asyncio.sleep(0.002)
+        finally:
+            await twin.stop_controllers()
+        assert [f.state for f in injector.faults()] == ["done", "active"]
+        assert podutil.is_node_ready(twin.store.get(kinds.node, None, "gpu-worker-001"))
+
+    asyncio.run(check())

@@ -1,0 +1,187 @@
+"""Assembling the simulation: the entry point the CLI calls.
+
+``populate(twin, options)`` builds ``twin.sim`` (a ``SimState``), seeds the
+cluster (or loads a snapshot), applies a scenario file, wires the simulated
+controllers, the fault and recorder request hooks, the admin endpoints and
+the pod log reader, publishes facts, and lets the GPU Operator simulation
+install itself when it is present.
+
+``install_core(twin, sim)`` wires only the controllers (kubelet, scheduler,
+node lifecycle, workload controllers, garbage collector); tests use it to
+run the controllers in-process against a store.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..cluster import Controller, Twin
+from .events import EventRecorder
+from .faults import FaultInjector
+from .index import ClusterIndex
+from .kinds import Kinds
+from .kubelet import Kubelet, KubeletTimings, annotation_behaviour
+from .logs import PodLogReader
+from .nodelifecycle import LifecycleTimings, NodeLifecycleController
+from .recorder import Recorder
+from .scenario import Scenario, load_scenario
+from .scheduler import Scheduler
+from .seed import SeedSpec, namespace_object, seed_cluster
+from .snapshot import load_snapshot
+from .state import SimState
+from .workloads import (
+    DaemonSetController,
+    DeploymentController,
+    GarbageCollector,
+    JobController,
+    PdbStatusController,
+    ReplicaSetController,
+)
+
+log = logging.getLogger(__name__)
+
+GPU_OPERATOR_MODULE = "gpufleet_twin.sim.gpu_operator"
+# Above this many nodes the kubelet and scheduler stop recording per-pod
+# Events (Scheduled, Pulled, Started...), which would otherwise be several
+# Events per pod for tens of thousands of pods.
+POD_EVENTS_MAX_NODES = 200
+
+
+@dataclass
+class CoreSim:
+    """The simulated control plane and node agents, wired to one twin."""
+
+    kinds: Kinds
+    index: ClusterIndex
+    events: EventRecorder
+    kubelet: Kubelet
+    scheduler: Scheduler
+    lifecycle: NodeLifecycleController
+    daemonsets: DaemonSetController
+    replicasets: ReplicaSetController
+    deployments: DeploymentController
+    jobs: JobController
+    pdbs: PdbStatusController
+    garbage_collector: GarbageCollector
+    extra: list[Controller] = field(default_factory=list)
+
+    def controllers(self) -> list[Controller]:
+        return [
+            self.scheduler,
+            self.kubelet,
+            self.lifecycle,
+            self.daemonsets,
+            self.replicasets,
+            self.deployments,
+            self.jobs,
+            self.pdbs,
+            self.garbage_collector,
+            *self.extra,
+        ]
+
+
+def install_core(
+    twin: Twin,
+    sim: SimState,
+    *,
+    kubelet_timings: KubeletTimings | None = None,
+    lifecycle_timings: LifecycleTimings | None = None,
+) -> CoreSim:
+    """Create the core controllers for ``twin`` and append them to ``twin.controllers``."""
+    kinds = Kinds.from_registry(twin.registry)
+    sim.clock = twin.clock
+    twin.sim = sim
+    events = sim.events if isinstance(sim.events, EventRecorder) else EventRecorder(twin.store, kinds.event, twin.clock)
+    sim.events = events
+    if annotation_behaviour not in sim.pod_behaviours:
+        sim.pod_behaviours.insert(0, annotation_behaviour)
+    index = ClusterIndex(twin.store, kinds)
+    core = CoreSim(
+        kinds=kinds,
+        index=index,
+        events=events,
+        kubelet=Kubelet(sim=sim, kinds=kinds, index=index, events=events, timings=kubelet_timings),
+        scheduler=Scheduler(kinds=kinds, index=index, events=events, pod_events=sim.pod_events),
+        lifecycle=NodeLifecycleController(sim=sim, kinds=kinds, index=index, events=events, timings=lifecycle_timings),
+        daemonsets=DaemonSetController(kinds=kinds, index=index, events=events),
+        replicasets=ReplicaSetController(kinds=kinds, index=index, events=events),
+        deployments=DeploymentController(kinds=kinds, index=index, events=events),
+        jobs=JobController(kinds=kinds, index=index, events=events),
+        pdbs=PdbStatusController(kinds=kinds, index=index, events=events),
+        garbage_collector=GarbageCollector(kinds=kinds, index=index),
+    )
+    twin.controllers.extend(core.controllers())
+    return core
+
+
+def populate(twin: Twin, options: dict[str, Any]) -> None:
+    """Build the simulated cluster into ``twin`` from the CLI options.
+
+    Options: ``nodes`` (int), ``profile`` ("openshift" | "kubernetes"),
+    ``scenario`` (path or None), ``from_snapshot`` (directory or None),
+    ``crds`` (already loaded by the CLI; ignored here).  Values a scenario
+    file sets win over ``nodes``/``profile`` (the CLI cannot tell a default
+    from a value typed on the command line).
+    """
+    scenario_path = options.get("scenario")
+    scenario = load_scenario(Path(scenario_path)) if scenario_path else Scenario()
+    profile = scenario.profile or options.get("profile") or "kubernetes"
+    nodes = scenario.nodes if scenario.nodes is not None else int(options.get("nodes") or 0)
+    spec = scenario.seed_spec(nodes=nodes, profile=profile)
+    sim = SimState(clock=twin.clock, profile=profile, started_at=twin.clock.now())
+    sim.pod_events = nodes <= POD_EVENTS_MAX_NODES
+    for version, kernels in scenario.driver_builds.items():
+        sim.driver_builds[version] = set(kernels)
+    twin.sim = sim
+    kinds = Kinds.from_registry(twin.registry)
+    sim.events = EventRecorder(twin.store, kinds.event, twin.clock)
+    snapshot_dir = options.get("from_snapshot")
+    if snapshot_dir:
+        loaded = load_snapshot(twin, sim, Path(snapshot_dir), profile=profile)
+        twin.published["snapshot"] = loaded.summary()
+        seeded_nodes = loaded.node_names
+        # The namespaces every profile has, in case the dump did not include them.
+        for namespace in SeedSpec(nodes=0, profile=profile, workloads=False).namespaces():
+            if twin.store.try_get(kinds.namespace, None, namespace) is None:
+                twin.store.create(kinds.namespace, namespace_object(namespace, profile=profile))
+    else:
+        seeded = seed_cluster(twin, sim, spec)
+        seeded_nodes = seeded.worker_names
+    recorder = Recorder(twin=twin, kinds=kinds)
+    sim.recorder = recorder
+    install_core(twin, sim)
+    faults = FaultInjector(twin=twin, sim=sim, kinds=kinds)
+    faults.add_many(scenario.faults)
+    twin.controllers.append(faults)
+    twin.before_request.append(faults.before_request)
+    twin.after_request.append(recorder.after_request)
+    twin.routes.extend(faults.routes())
+    twin.routes.extend(recorder.routes())
+    twin.pod_logs = PodLogReader(sim).read
+    twin.published.update(
+        {
+            "profile": profile,
+            "gpu_worker_nodes": seeded_nodes,
+            "gpu_operator_namespace": spec.gpu_operator_namespace,
+            "network_operator_namespace": spec.network_operator_namespace,
+            "sim_started_at": twin.clock.iso(sim.started_at),
+            "admin_endpoints": [f"{method} {path}" for method, path, _ in twin.routes],
+        }
+    )
+    _install_gpu_operator(twin)
+
+
+def _install_gpu_operator(twin: Twin) -> None:
+    """Let the GPU Operator simulation seed and install itself when the module exists."""
+    try:
+        module = importlib.import_module(GPU_OPERATOR_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != GPU_OPERATOR_MODULE:
+            raise  # the module exists but one of its own imports is missing: a real error
+        log.info("no GPU Operator simulation (%s) installed", GPU_OPERATOR_MODULE)
+        return
+    module.install(twin)

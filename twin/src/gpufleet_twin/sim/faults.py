@@ -1,0 +1,501 @@
+"""Fault injection: from the scenario file and from ``/admin/faults``.
+
+Node faults change ``NodeHealth`` (and through the kubelet the Node object)
+at simulated time ``at`` (seconds after the cluster was populated):
+
+- ``node_never_returns`` {node}: after its next reboot the node stays NotReady.
+- ``reboot`` {node, duration=300}: power-cycle now.
+- ``node_not_ready`` {node, duration?}: the kubelet reports NotReady (for ``duration`` s).
+- ``driver_build_fails`` {kernel}: no GPU driver builds for that kernel.
+- ``cordon`` {node}: ``spec.unschedulable`` plus the taint, as ``kubectl cordon``
+  and the node lifecycle controller leave it (e.g. a node cordoned before the
+  upgrade began).
+- ``ecc_errors`` {node, corrected=0, uncorrected=0, xid=[]}: error counters grow, XIDs are logged.
+- ``dcgm_failure`` {node, tests: ["pcie", "memory"...]}: those ``dcgmi diag`` tests fail.
+- ``gpu_lost`` {node, count=1}: GPUs fall off the bus (XID 79), capacity drops.
+- ``ib_port_down`` {node, device?, port=1, physical_state="Disabled"}: an InfiniBand port goes Down.
+- ``secondary_network_down`` {node, duration?}: the node's secondary network goes away.
+- ``pdb_never_allows`` {namespace, name}: that PDB never allows an eviction.
+
+Request faults act on API requests that match ``verb`` (a verb or a list),
+``resource`` (plural, ``pods/eviction``, ``*``), optionally ``namespace`` and
+``name``, for the next ``count`` matching requests, or for ``duration``
+simulated seconds (with a probability ``fraction`` per request):
+
+- ``api_errors`` {code: 500|503|504|429, retry_after=1}
+- ``slow`` {delay: real seconds per request}
+- ``conflict`` {}: answers 409 Conflict (default verbs: update, patch)
+
+Removing faults (``DELETE /admin/faults``) stops request faults; node changes
+already made stay, as they would on real hardware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from aiohttp import web
+
+from .. import errors
+from ..cluster import RequestInfo, Route, Twin
+from . import podutil
+from .admin import json_response, protected, read_json
+from .kinds import Kinds
+from .state import IbPort, SimState
+from .wake import DueTimes, Waker
+from .workloads import NEVER_ALLOW_ANNOTATION
+
+Obj = dict[str, Any]
+
+NODE_FAULTS = frozenset(
+    {
+        "node_never_returns",
+        "reboot",
+        "node_not_ready",
+        "driver_build_fails",
+        "cordon",
+        "ecc_errors",
+        "dcgm_failure",
+        "gpu_lost",
+        "ib_port_down",
+        "secondary_network_down",
+        "pdb_never_allows",
+    }
+)
+REQUEST_FAULTS = frozenset({"api_errors", "slow", "conflict"})
+_MESSAGES = {
+    500: ("InternalError", "Internal error occurred: the server encountered a temporary problem (injected fault)"),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+    504: (
+        "Timeout",
+        "the server was unable to return a response in the time allotted, but may still be processing the request",
+    ),
+}
+
+
+@dataclass
+class Fault:
+    id: str
+    type: str
+    params: Obj
+    at: float = 0.0  # simulated seconds after the cluster was populated
+    state: str = "pending"  # pending, active, done
+    remaining: int | None = None  # request faults limited by count
+    active_until: float | None = None  # request faults limited by duration (simulated epoch seconds)
+    applied_at: str | None = None
+    hits: int = 0
+
+    def describe(self) -> Obj:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "at": self.at,
+            "state": self.state,
+            "applied_at": self.applied_at,
+            "remaining": self.remaining,
+            "hits": self.hits,
+            **self.params,
+        }
+
+
+@dataclass
+class _Matcher:
+    verbs: frozenset[str] | None
+    resource: str | None
+    namespace: str | None
+    name: str | None
+
+    def matches(self, info: RequestInfo) -> bool:
+        if self.verbs is not None and info.verb not in self.verbs:
+            return False
+        if self.resource not in (None, "*"):
+            # "pods" (the resource itself), "pods/eviction", "pods/*" (any), "daemonsets.apps".
+            wanted, _, wanted_sub = str(self.resource).partition("/")
+            plural, _, group = wanted.partition(".")
+            if plural != (info.resource or "") or (group and group != (info.group or "")):
+                return False
+            if wanted_sub != "*" and (wanted_sub or None) != info.subresource:
+                return False
+        if self.namespace is not None and info.namespace != self.namespace:
+            return False
+        return self.name is None or info.name == self.name
+
+
+@dataclass
+class _ActiveRequestFault:
+    fault: Fault
+    matcher: _Matcher
+    rng: random.Random = field(repr=False, default_factory=random.Random)
+
+
+def validate_fault(spec: Obj) -> None:
+    """Raise ValueError when a fault description is not usable."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"a fault is a mapping, got {type(spec).__name__}")
+    kind = spec.get("type")
+    if kind not in NODE_FAULTS | REQUEST_FAULTS:
+        raise ValueError(f"unknown fault type {kind!r}; known: {', '.join(sorted(NODE_FAULTS | REQUEST_FAULTS))}")
+    if kind in NODE_FAULTS - {"driver_build_fails", "pdb_never_allows"} and not (spec.get("node") or spec.get("nodes")):
+        raise ValueError(f"fault {kind} needs 'node' (or 'nodes')")
+    if kind == "driver_build_fails" and not spec.get("kernel"):
+        raise ValueError("fault driver_build_fails needs 'kernel'")
+    if kind == "pdb_never_allows" and not (spec.get("name") and spec.get("namespace")):
+        raise ValueError("fault pdb_never_allows needs 'namespace' and 'name'")
+    if kind == "api_errors" and int(spec.get("code", 500)) not in (*_MESSAGES, 429):
+        raise ValueError("fault api_errors: code must be one of 429, 500, 503, 504")
+    if kind == "slow" and float(spec.get("delay", 0)) <= 0:
+        raise ValueError("fault slow needs a positive 'delay' (real seconds)")
+    if kind in REQUEST_FAULTS and spec.get("count") is None and spec.get("duration") is None:
+        raise ValueError(f"fault {kind} needs 'count' (next N requests) or 'duration' (simulated seconds)")
+    if "at" in spec and float(spec["at"]) < 0:
+        raise ValueError("'at' counts simulated seconds after start and cannot be negative")
+
+
+class FaultInjector:
+    name = "fault-injector"
+
+    def __init__(self, *, twin: Twin, sim: SimState, kinds: Kinds) -> None:
+        self._twin = twin
+        self._sim = sim
+        self._kinds = kinds
+        self._faults: list[Fault] = []
+        self._request_faults: list[_ActiveRequestFault] = []
+        self._due = DueTimes()
+        self._ids = itertools.count(1)
+        self._never_allow: set[tuple[str, str]] = set()
+        self._waker = Waker(twin.store, twin.clock, on_event=lambda _event: False)
+
+    # -- adding and applying -------------------------------------------------------------------------
+    def add(self, spec: Obj) -> Fault:
+        validate_fault(spec)
+        params = {k: v for k, v in spec.items() if k not in ("type", "at", "id")}
+        fault = Fault(
+            id=str(spec.get("id") or f"fault-{next(self._ids)}"),
+            type=spec["type"],
+            params=params,
+            at=float(spec.get("at", 0)),
+        )
+        self._faults.append(fault)
+        due = self._sim.started_at + fault.at
+        if due <= self._twin.clock.now():
+            self._apply(fault)
+        else:
+            self._due.schedule(("apply", fault.id), due)
+            self._waker.poke()
+        return fault
+
+    def add_many(self, specs: list[Obj]) -> list[Fault]:
+        return [self.add(spec) for spec in specs]
+
+    def faults(self) -> list[Fault]:
+        return list(self._faults)
+
+    def clear(self) -> int:
+        removed = len(self._faults)
+        for fault in self._faults:
+            self._due.cancel(("apply", fault.id))
+            if fault.state != "done":
+                fault.state = "done"
+        self._faults.clear()
+        self._request_faults.clear()
+        return removed
+
+    async def run(self, twin: Any) -> None:
+        while True:
+            now = twin.clock.now()
+            for key in self._due.pop_due(now):
+                action, fault_id = cast(tuple[str, str], key)
+                fault = next((f for f in self._faults if f.id == fault_id), None)
+                if fault is None:
+                    continue
+                if action == "apply":
+                    self._apply(fault)
+                elif action == "restore":
+                    self._restore(fault)
+            next_due = self._due.next_due()
+            await self._waker.wait(None if next_due is None else max(0.0, next_due - twin.clock.now()))
+
+    def _apply(self, fault: Fault) -> None:
+        now = self._twin.clock.now()
+        fault.applied_at = self._twin.clock.iso(now)
+        fault.state = "active"
+        if fault.type in REQUEST_FAULTS:
+            self._activate_request_fault(fault, now)
+            return
+        apply = getattr(self, f"_apply_{fault.type}")
+        apply(fault)
+        duration = fault.params.get("duration")
+        if duration is not None and fault.type in ("node_not_ready", "secondary_network_down"):
+            self._due.schedule(("restore", fault.id), now + float(duration))
+            self._waker.poke()
+        else:
+            fault.state = "done"
+
+    def _restore(self, fault: Fault) -> None:
+        for health in self._healths(fault):
+            if fault.type == "node_not_ready" and health.kubelet_running:
+                health.ready = True
+            elif fault.type == "secondary_network_down":
+                health.secondary_network_up = True
+        fault.state = "done"
+
+    # -- node faults -------------------------------------------------------------------------------------
+    def _node_names(self, fault: Fault) -> list[str]:
+        names = fault.params.get("nodes") or [fault.params.get("node")]
+        return [str(n) for n in names if n]
+
+    def _healths(self, fault: Fault) -> list[Any]:
+        found = []
+        for name in self._node_names(fault):
+            health = self._sim.nodes.get(name)
+            if health is None:
+                raise errors.bad_request(f'fault {fault.type}: node "{name}" is not a simulated node')
+            found.append(health)
+        return found
+
+    def _apply_node_never_returns(self, fault: Fault) -> None:
+        for health in self._healths(fault):
+            health.never_returns = True
+
+    def _apply_reboot(self, fault: Fault) -> None:
+        for name in self._node_names(fault):
+            self._sim.reboot(name, float(fault.params.get("duration", 300)))
+
+    def _apply_node_not_ready(self, fault: Fault) -> None:
+        for health in self._healths(fault):
+            health.ready = False
+
+    def _apply_driver_build_fails(self, fault: Fault) -> None:
+        self._sim.kernels_without_driver_build.add(str(fault.params["kernel"]))
+
+    def _apply_cordon(self, fault: Fault) -> None:
+        for name in self._node_names(fault):
+            cordon_node(self._twin, self._kinds, name)
+
+    def _apply_ecc_errors(self, fault: Fault) -> None:
+        for health in self._healths(fault):
+            health.ecc_corrected += int(fault.params.get("corrected", 0))
+            health.ecc_uncorrected += int(fault.params.get("uncorrected", 0))
+            health.xid_events.extend(int(x) for x in fault.params.get("xid", ()) or ())
+            self._sim.node_changed(health.name)
+
+    def _apply_dcgm_failure(self, fault: Fault) -> None:
+        for health in self._healths(fault):
+            health.dcgm_failures = [*health.dcgm_failures, *(str(t) for t in fault.params.get("tests", ["pcie"]))]
+
+    def _apply_gpu_lost(self, fault: Fault) -> None:
+        for health in self._healths(fault):
+            health.xid_events.append(79)  # "GPU has fallen off the bus"
+            health.gpu_count = max(0, health.gpu_count - int(fault.params.get("count", 1)))
+
+    def _apply_ib_port_down(self, fault: Fault) -> None:
+        device = fault.params.get("device")
+        port = int(fault.params.get("port", 1))
+        physical = str(fault.params.get("physical_state", "Disabled"))
+        for health in self._healths(fault):
+            targets = [p for p in health.ib_ports if (device is None or p.device == device) and p.port == port]
+            if device is None:
+                targets = targets[:1]
+            if not targets and device is not None:
+                health.ib_ports.append(IbPort(device=str(device), port=port))
+                targets = health.ib_ports[-1:]
+            for ib_port in targets:
+                ib_port.state = "Down"
+                ib_port.physical_state = physical
+            self._sim.node_changed(health.name)
+
+    def _apply_secondary_network_down(self, fault: Fault) -> None:
+        for health in self._healths(fault):
+            health.secondary_network_up = False
+
+    def _apply_pdb_never_allows(self, fault: Fault) -> None:
+        namespace, name = str(fault.params["namespace"]), str(fault.params["name"])
+        self._never_allow.add((namespace, name))
+
+        def annotate(pdb: Obj) -> None:
+            pdb["metadata"].setdefault("annotations", {})[NEVER_ALLOW_ANNOTATION] = "true"
+
+        # The PDB may not exist yet: the request hook refuses by name all the same.
+        with contextlib.suppress(errors.ApiError):
+            self._twin.store.mutate(self._kinds.pdb, namespace, name, annotate)
+
+    # -- request faults ---------------------------------------------------------------------------------
+    def _activate_request_fault(self, fault: Fault, now: float) -> None:
+        params = fault.params
+        verbs = params.get("verb", params.get("verbs"))
+        if verbs is None and fault.type == "conflict":
+            verbs = ["update", "patch"]
+        if isinstance(verbs, str):
+            verbs = None if verbs == "*" else [verbs]
+        matcher = _Matcher(
+            verbs=frozenset(verbs) if verbs else None,
+            resource=params.get("resource"),
+            namespace=params.get("namespace"),
+            name=params.get("name"),
+        )
+        if params.get("count") is not None:
+            fault.remaining = int(params["count"])
+        if params.get("duration") is not None:
+            fault.active_until = now + float(params["duration"])
+        seed = int(hashlib.sha256(fault.id.encode()).hexdigest()[:8], 16)
+        self._request_faults.append(_ActiveRequestFault(fault=fault, matcher=matcher, rng=random.Random(seed)))
+
+    async def before_request(self, info: RequestInfo) -> None:
+        """The ``before_request`` hook: delay or refuse a request as the active faults say."""
+        if info.verb == "create" and info.resource == "pods" and info.subresource == "eviction":
+            self._refuse_eviction_under_never_allow(info)
+        if not self._request_faults:
+            return
+        now = self._twin.clock.now()
+        for active in list(self._request_faults):
+            fault = active.fault
+            if fault.active_until is not None and now >= fault.active_until:
+                self._retire(active)
+                continue
+            if not active.matcher.matches(info):
+                continue
+            fraction = fault.params.get("fraction")
+            if fraction is not None and active.rng.random() >= float(fraction):
+                continue
+            fault.hits += 1
+            if fault.remaining is not None:
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._retire(active)
+            if fault.type == "slow":
+                await asyncio.sleep(float(fault.params["delay"]))
+                continue
+            raise self._error_for(fault, info)
+
+    def _retire(self, active: _ActiveRequestFault) -> None:
+        active.fault.state = "done"
+        if active in self._request_faults:
+            self._request_faults.remove(active)
+
+    @staticmethod
+    def _error_for(fault: Fault, info: RequestInfo) -> errors.ApiError:
+        if fault.type == "conflict":
+            return errors.conflict(info.resource or "", info.name or "", info.group or "")
+        code = int(fault.params.get("code", 500))
+        if code == 429:
+            return errors.too_many_requests(
+                "Too many requests, please try again later.", int(fault.params.get("retry_after", 1))
+            )
+        reason, message = _MESSAGES[code]
+        return errors.ApiError(code, reason, str(fault.params.get("message") or message))
+
+    def _refuse_eviction_under_never_allow(self, info: RequestInfo) -> None:
+        # The API server decides evictions from a live disruption.pdb_status of
+        # the matching pods, not from the PDB's status subresource, so zeroing
+        # the status would not stop an eviction.  Refuse it here, before the
+        # server computes anything, with the answer the server gives when a
+        # budget is exhausted.
+        if not self._never_allow or info.namespace is None or info.name is None:
+            return
+        pod = self._twin.store.try_get(self._kinds.pod, info.namespace, info.name)
+        if pod is None:
+            return
+        labels = pod["metadata"].get("labels") or {}
+        for namespace, name in sorted(self._never_allow):
+            if namespace != info.namespace:
+                continue
+            pdb = self._twin.store.try_get(self._kinds.pdb, namespace, name)
+            if pdb is None or not podutil.label_selector_matcher((pdb.get("spec") or {}).get("selector"))(labels):
+                continue
+            status = pdb.get("status") or {}
+            raise errors.ApiError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                {
+                    "causes": [
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} "
+                            f"healthy pods and has {status.get('currentHealthy', 0)} currently",
+                        }
+                    ]
+                },
+            )
+
+    # -- admin endpoints ------------------------------------------------------------------------------------
+    def routes(self) -> list[Route]:
+        token = self._twin.token
+        clock = self._twin.clock
+
+        async def add_faults(request: web.Request) -> web.StreamResponse:
+            body = await read_json(request)
+            specs = body.get("faults", [body]) if isinstance(body, dict) else body
+            if not isinstance(specs, list):
+                raise errors.bad_request('expected a fault, a list of faults, or {"faults": [...]}')
+            try:
+                for spec in specs:
+                    validate_fault(spec)
+            except (ValueError, TypeError) as exc:
+                raise errors.bad_request(str(exc)) from exc
+            added = [self.add(spec).describe() for spec in specs]
+            return json_response({"faults": added}, status=201)
+
+        async def list_faults(request: web.Request) -> web.StreamResponse:
+            return json_response({"faults": [f.describe() for f in self._faults]})
+
+        async def delete_faults(request: web.Request) -> web.StreamResponse:
+            fault_id = request.query.get("id")
+            if fault_id is None:
+                return json_response({"removed": self.clear()})
+            kept = [f for f in self._faults if f.id != fault_id]
+            removed = len(self._faults) - len(kept)
+            self._faults = kept
+            self._request_faults = [a for a in self._request_faults if a.fault.id != fault_id]
+            self._due.cancel(("apply", fault_id))
+            return json_response({"removed": removed})
+
+        async def advance_clock(request: web.Request) -> web.StreamResponse:
+            body = await read_json(request)
+            try:
+                seconds = float(body.get("seconds"))
+                clock.advance(seconds)
+            except (TypeError, ValueError, AttributeError) as exc:
+                raise errors.bad_request('expected {"seconds": N} with N >= 0') from exc
+            return json_response(self.clock_state())
+
+        async def get_clock(request: web.Request) -> web.StreamResponse:
+            return json_response(self.clock_state())
+
+        return [
+            ("POST", "/admin/faults", protected(token, add_faults)),
+            ("GET", "/admin/faults", protected(token, list_faults)),
+            ("DELETE", "/admin/faults", protected(token, delete_faults)),
+            ("POST", "/admin/clock/advance", protected(token, advance_clock)),
+            ("GET", "/admin/clock", protected(token, get_clock)),
+        ]
+
+    def clock_state(self) -> Obj:
+        clock = self._twin.clock
+        now = clock.now()
+        return {
+            "now": clock.iso(now),
+            "epoch_seconds": now,
+            "time_scale": clock.time_scale,
+            "elapsed_seconds": round(now - self._sim.started_at, 3),
+        }
+
+
+def cordon_node(twin: Twin, kinds: Kinds, name: str) -> None:
+    """``kubectl cordon`` plus the taint the node lifecycle controller adds for it."""
+
+    def cordon(node: Obj) -> None:
+        spec = node.setdefault("spec", {})
+        spec["unschedulable"] = True
+        taints = list(spec.get("taints") or [])
+        if not any(t.get("key") == podutil.UNSCHEDULABLE_TAINT for t in taints):
+            taints.append({"key": podutil.UNSCHEDULABLE_TAINT, "effect": "NoSchedule"})
+        spec["taints"] = taints
+
+    twin.store.mutate(kinds.node, None, name, cordon)
