@@ -31,7 +31,7 @@ def test_matching_cluster_passes_and_reports_in_three_formats(shared_twin, tmp_p
     production = [node for node in result["drift"]["nodes"] if node["role"] == "production"]
     assert len(production) == NODES
     driver_rows = [row for node in production for row in node["components"] if row["component"] == "gpu_driver"]
-    assert {row["found"] for row in driver_rows} == {"560.35.03"}
+    assert {row["found"] for row in driver_rows} == {"550.127.05"}
     assert all(row["status"] == "ok" for row in driver_rows)
     # The audit reads the cluster with paginated lists only: at most ceil(N/500) + 15
     # requests, whatever N is (the twin counts what it served).
@@ -61,14 +61,14 @@ def test_drift_on_one_node_is_named_and_fails_the_run(shared_twin, tmp_path):
     assert result["drift"]["nodes_with_drift"] == ["gpu-worker-002"]
     canary = next(node for node in result["drift"]["nodes"] if node["node"] == "gpu-worker-002")
     driver = next(row for row in canary["components"] if row["component"] == "gpu_driver")
-    assert (driver["expected"], driver["found"], driver["status"]) == ("570.124.06", "560.35.03", "drift")
+    assert (driver["expected"], driver["found"], driver["status"]) == ("570.124.06", "550.127.05", "drift")
     failures = [
         case.get("name")
         for case in ET.parse(tmp_path / "audit.xml").iter("testcase")
         if case.find("failure") is not None
     ]
     assert failures == ["gpu-worker-002"]
-    assert "| gpu-worker-002 | canary | gpu_driver | 570.124.06 | 560.35.03 |" in (tmp_path / "audit.md").read_text()
+    assert "| gpu-worker-002 | canary | gpu_driver | 570.124.06 | 550.127.05 |" in (tmp_path / "audit.md").read_text()
 
 
 def test_drift_can_be_reported_without_failing(shared_twin, tmp_path):
