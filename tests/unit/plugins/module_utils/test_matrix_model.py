@@ -59,7 +59,7 @@ def test_the_source_file_name_is_kept_for_errors() -> None:
 
 
 def test_invalid_yaml_names_file_and_line() -> None:
-    path = str(FIXTURES / "not-yaml.yaml")
+    path = str(FIXTURES / "not-yaml.txt")
     with pytest.raises(MatrixError) as caught:
         load_matrix_file(path)
     assert caught.value.file == path
