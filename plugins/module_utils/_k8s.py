@@ -12,6 +12,8 @@ into a ``KubeApiError`` carrying the server's own ``Status`` message.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import time
 import traceback
@@ -301,12 +303,62 @@ class KubeApi:
         retry_statuses: Optional[frozenset] = None,
     ) -> Dict[str, Any]:
         """Send one API request (with bounded retries) and return the decoded JSON body."""
+        payload = self._request_payload(
+            method, path, query=query, body=body, content_type=content_type, retry_statuses=retry_statuses
+        )
+        return json.loads(payload) if payload else {}
+
+    def read_pod_log(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        container: Optional[str] = None,
+        limit_bytes: Optional[int] = None,
+    ) -> str:
+        """The log of one container of a pod (``pods/log`` answers text, not JSON)."""
+        query = {"container": container, "limitBytes": limit_bytes}
+        path = PODS.path(namespace=namespace, name=name, subresource="log")
+        payload = self._request_payload("GET", path, query=query)
+        return payload.decode("utf-8", "replace") if isinstance(payload, bytes) else str(payload or "")
+
+    def server_time(self) -> datetime.datetime:
+        """The API server's clock (UTC), read from the ``Date`` header of ``GET /version``.
+
+        Bake windows are measured on the cluster's clock, not the controller's:
+        a scheduled job on any controller then agrees on how long a canary has
+        baked (every HTTP server sends Date, RFC 9110 section 6.6.1).
+        """
+        status, headers, payload = self._send("GET", "/version", query=None, body=None, content_type="application/json")
+        if not 200 <= status < 300:
+            raise _api_error("GET", "/version", status, payload)
+        value = next((text for header, text in headers.items() if str(header).lower() == "date"), None)
+        if not value:
+            raise KubeApiError("The API server sent no Date header; its time cannot be read", method="GET")
+        try:
+            moment = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError) as err:
+            raise KubeApiError(f"The API server sent an unreadable Date header {value!r}", method="GET") from err
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        return moment.astimezone(datetime.timezone.utc)
+
+    def _request_payload(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[Dict[str, Any]] = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        retry_statuses: Optional[frozenset] = None,
+    ) -> Any:
         attempt = 0
         while True:
             attempt += 1
             status, headers, payload = self._send(method, path, query=query, body=body, content_type=content_type)
             if 200 <= status < 300:
-                return json.loads(payload) if payload else {}
+                return payload
             error = _api_error(method, path, status, payload)
             retryable = (
                 retry_statuses

@@ -9,6 +9,7 @@ sleeper whose deadline has passed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import time
 
@@ -30,7 +31,7 @@ class SimClock:
     def iso(self, at: float | None = None) -> str:
         """RFC 3339 timestamp (second precision, UTC) as Kubernetes writes them."""
         moment = self.now() if at is None else at
-        return dt.datetime.fromtimestamp(moment, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return dt.datetime.fromtimestamp(moment, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def advance(self, seconds: float) -> None:
         """Jump simulated time forward and wake the sleepers that are now due."""
@@ -47,10 +48,8 @@ class SimClock:
             if remaining <= 0:
                 return
             changed = self._event()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout=remaining / self.time_scale)
-            except asyncio.TimeoutError:
-                pass
 
     def _event(self) -> asyncio.Event:
         if self._changed is None:

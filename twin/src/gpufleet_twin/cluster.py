@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 from .clock import SimClock
 from .registry import Registry
@@ -47,7 +48,7 @@ class Controller(Protocol):
 
     name: str
 
-    async def run(self, twin: "Twin") -> None: ...
+    async def run(self, twin: Twin) -> None: ...
 
 
 @dataclass

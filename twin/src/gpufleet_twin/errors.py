@@ -92,7 +92,13 @@ def gone(message: str) -> ApiError:
 
 
 def unsupported_media_type(content_type: str) -> ApiError:
-    return ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {content_type}")
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, "
+        f"application/strategic-merge-patch+json; got {content_type}",
+    )
 
 
 def too_many_requests(message: str, retry_after_seconds: int = 1) -> ApiError:

@@ -19,8 +19,9 @@ import copy
 import secrets
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from . import errors
 from .clock import SimClock
@@ -40,7 +41,6 @@ DeleteHandler = Callable[["Store", ResourceType, Obj], "Obj | None"]
 Listener = Callable[["WatchEvent"], None]
 
 
-
 @dataclass(frozen=True)
 class WatchEvent:
     type: str  # ADDED, MODIFIED, DELETED
@@ -53,7 +53,7 @@ class WatchEvent:
 class Watch:
     """A subscription to one resource type; iterate it for ``(type, obj)`` pairs."""
 
-    def __init__(self, store: "Store", rtype: ResourceType, namespace: str | None, predicate: Predicate | None):
+    def __init__(self, store: Store, rtype: ResourceType, namespace: str | None, predicate: Predicate | None):
         self._store = store
         self.rtype = rtype
         self.namespace = namespace
@@ -194,7 +194,9 @@ class Store:
         if not meta.get("name"):
             prefix = meta.get("generateName")
             if not prefix:
-                raise errors.invalid(rtype.kind, "", [_cause("metadata.name", "name or generateName is required")], rtype.group)
+                raise errors.invalid(
+                    rtype.kind, "", [_cause("metadata.name", "name or generateName is required")], rtype.group
+                )
             meta["name"] = prefix + secrets.token_hex(3)[:5]
         new["apiVersion"] = rtype.api_version
         new["kind"] = rtype.kind

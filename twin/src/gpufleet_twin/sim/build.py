@@ -33,6 +33,7 @@ from .scheduler import Scheduler
 from .seed import SeedSpec, namespace_object, seed_cluster
 from .snapshot import load_snapshot
 from .state import SimState
+from .validation import install as install_validation_pods
 from .workloads import (
     DaemonSetController,
     DeploymentController,
@@ -173,6 +174,8 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
         }
     )
     _install_gpu_operator(twin)
+    # Check pods (nvidia-smi, ibstat, dcgmi diag, PyTorch smoke tests) run to completion.
+    install_validation_pods(twin)
 
 
 def _install_gpu_operator(twin: Twin) -> None:
