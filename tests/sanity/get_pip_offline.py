@@ -14,8 +14,9 @@ _GET_PIP_ONLY = {"--no-setuptools", "--no-wheel"}
 
 
 def main() -> None:
-    subprocess.run([sys.executable, "-m", "ensurepip", "--upgrade", "--default-pip"], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "ensurepip", "--upgrade", "--default-pip"], check=True, stdout=subprocess.DEVNULL
+    )
     arguments = [arg for arg in sys.argv[1:] if arg not in _GET_PIP_ONLY]
     subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *arguments], check=True)
 
