@@ -52,34 +52,8 @@ def generate_tls_material(
     not_before = now - dt.timedelta(minutes=5)
     not_after = now + dt.timedelta(days=days)
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{common_name}-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_key, ca_cert = _new_ca(f"{common_name}-ca", not_before=not_before, not_after=not_after)
+    ca_name = ca_cert.subject
 
     server_key = ec.generate_private_key(ec.SECP256R1())
     server_cert = (
@@ -113,6 +87,50 @@ def generate_tls_material(
             serialization.NoEncryption(),
         ),
     )
+
+
+def generate_ca_pem(common_name: str, *, days: int = 30) -> tuple[bytes, bytes]:
+    """A fresh CA as (certificate PEM, private key PEM), e.g. for BMCs run without the API server."""
+    now = dt.datetime.now(dt.UTC)
+    key, cert = _new_ca(common_name, not_before=now - dt.timedelta(minutes=5), not_after=now + dt.timedelta(days=days))
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def _new_ca(
+    common_name: str, *, not_before: dt.datetime, not_after: dt.datetime
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return ca_key, ca_cert
 
 
 def write_tls_files(material: TlsMaterial, directory: Path) -> TlsFiles:

@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ..tls import generate_ca_pem
 from .app import create_app
 from .image import ImageRejected, parse_firmware_image
 from .model import (
@@ -101,39 +102,9 @@ class CaPair:
 
     @classmethod
     def generate(cls, common_name: str = "gpufleet-twin-bmc-ca") -> CaPair:
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        now = dt.datetime.now(dt.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256())
-        )
-        key_pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        return cls(cert_pem=cert.public_bytes(serialization.Encoding.PEM), key_pem=key_pem)
+        """A CA of their own, for BMCs served without the API server (the CLI passes the twin's CA)."""
+        cert_pem, key_pem = generate_ca_pem(common_name)
+        return cls(cert_pem=cert_pem, key_pem=key_pem)
 
 
 def issue_bmc_certificate(ca: CaPair, host: str, *, common_name: str) -> tuple[bytes, bytes]:
