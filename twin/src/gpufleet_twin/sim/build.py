@@ -46,6 +46,12 @@ from .workloads import (
 log = logging.getLogger(__name__)
 
 GPU_OPERATOR_MODULE = "gpufleet_twin.sim.gpu_operator"
+# Platform simulations installed after the GPU Operator, each only when its module exists.
+PLATFORM_MODULES = (
+    "gpufleet_twin.sim.network_operator",
+    "gpufleet_twin.sim.sriov",
+    "gpufleet_twin.sim.openshift",
+)
 # Above this many nodes the kubelet and scheduler stop recording per-pod
 # Events (Scheduled, Pulled, Started...), which would otherwise be several
 # Events per pod for tens of thousands of pods.
@@ -174,17 +180,24 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
         }
     )
     _install_gpu_operator(twin)
+    for module_name in PLATFORM_MODULES:
+        _install_optional(twin, module_name)
     # Check pods (nvidia-smi, ibstat, dcgmi diag, PyTorch smoke tests) run to completion.
     install_validation_pods(twin)
 
 
 def _install_gpu_operator(twin: Twin) -> None:
     """Let the GPU Operator simulation seed and install itself when the module exists."""
+    _install_optional(twin, GPU_OPERATOR_MODULE)
+
+
+def _install_optional(twin: Twin, module_name: str) -> None:
+    """Import a simulation module and call its ``install(twin)``; a missing module is skipped."""
     try:
-        module = importlib.import_module(GPU_OPERATOR_MODULE)
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name != GPU_OPERATOR_MODULE:
+        if exc.name != module_name:
             raise  # the module exists but one of its own imports is missing: a real error
-        log.info("no GPU Operator simulation (%s) installed", GPU_OPERATOR_MODULE)
+        log.info("no simulation %s installed", module_name)
         return
     module.install(twin)

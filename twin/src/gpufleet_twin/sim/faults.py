@@ -16,6 +16,8 @@ at simulated time ``at`` (seconds after the cluster was populated):
 - ``ib_port_down`` {node, device?, port=1, physical_state="Disabled"}: an InfiniBand port goes Down.
 - ``secondary_network_down`` {node, duration?}: the node's secondary network goes away.
 - ``pdb_never_allows`` {namespace, name}: that PDB never allows an eviction.
+- ``mofed_build_fails`` {kernel}: no MOFED driver builds for that kernel (MOFED pods crash-loop).
+- ``machine_config_fails`` {node, reason?}: the node's next MachineConfig update fails (state Degraded).
 
 Request faults act on API requests that match ``verb`` (a verb or a list),
 ``resource`` (plural, ``pods/eviction``, ``*``), optionally ``namespace`` and
@@ -66,6 +68,8 @@ NODE_FAULTS = frozenset(
         "ib_port_down",
         "secondary_network_down",
         "pdb_never_allows",
+        "mofed_build_fails",
+        "machine_config_fails",
     }
 )
 REQUEST_FAULTS = frozenset({"api_errors", "slow", "conflict"})
@@ -141,8 +145,11 @@ def validate_fault(spec: Obj) -> None:
     kind = spec.get("type")
     if kind not in NODE_FAULTS | REQUEST_FAULTS:
         raise ValueError(f"unknown fault type {kind!r}; known: {', '.join(sorted(NODE_FAULTS | REQUEST_FAULTS))}")
-    if kind in NODE_FAULTS - {"driver_build_fails", "pdb_never_allows"} and not (spec.get("node") or spec.get("nodes")):
+    cluster_wide = {"driver_build_fails", "pdb_never_allows", "mofed_build_fails"}
+    if kind in NODE_FAULTS - cluster_wide and not (spec.get("node") or spec.get("nodes")):
         raise ValueError(f"fault {kind} needs 'node' (or 'nodes')")
+    if kind == "mofed_build_fails" and not spec.get("kernel"):
+        raise ValueError("fault mofed_build_fails needs 'kernel'")
     if kind == "driver_build_fails" and not spec.get("kernel"):
         raise ValueError("fault driver_build_fails needs 'kernel'")
     if kind == "pdb_never_allows" and not (spec.get("name") and spec.get("namespace")):
@@ -273,6 +280,14 @@ class FaultInjector:
 
     def _apply_driver_build_fails(self, fault: Fault) -> None:
         self._sim.kernels_without_driver_build.add(str(fault.params["kernel"]))
+
+    def _apply_mofed_build_fails(self, fault: Fault) -> None:
+        self._sim.kernels_without_mofed_build.add(str(fault.params["kernel"]))
+
+    def _apply_machine_config_fails(self, fault: Fault) -> None:
+        reason = str(fault.params.get("reason") or "failed to update OS: rpm-ostree rebase exited with status 1")
+        for name in self._node_names(fault):
+            self._sim.machine_config_failures[name] = reason
 
     def _apply_cordon(self, fault: Fault) -> None:
         for name in self._node_names(fault):

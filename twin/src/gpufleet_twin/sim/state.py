@@ -119,6 +119,13 @@ class SimState:
     driver_builds: dict[str, set[str]] = field(default_factory=dict)
     # Kernels with no driver build at all (fault "driver fails to build for a kernel").
     kernels_without_driver_build: set[str] = field(default_factory=set)
+    # The same for the Network Operator's MOFED driver: {mofed_version: {kernel, ...}} and the
+    # kernels no MOFED version builds for (e.g. an OpenShift update moved to a kernel the
+    # DOCA/MOFED release does not support yet, network-operator issue #2471).
+    mofed_builds: dict[str, set[str]] = field(default_factory=dict)
+    kernels_without_mofed_build: set[str] = field(default_factory=set)
+    # Nodes whose next machine-config update fails (fault ``machine_config_fails``): node -> reason.
+    machine_config_failures: dict[str, str] = field(default_factory=dict)
     # The twin's clock (set by ``build.populate``); ``reboot`` needs it.
     clock: SimClock | None = None
     # Simulated time the cluster was populated; scenario ``at`` times count from it.
@@ -146,6 +153,12 @@ class SimState:
         if kernel in self.kernels_without_driver_build:
             return False
         kernels = self.driver_builds.get(driver_version)
+        return kernels is None or kernel in kernels
+
+    def mofed_builds_for(self, mofed_version: str, kernel: str) -> bool:
+        if kernel in self.kernels_without_mofed_build:
+            return False
+        kernels = self.mofed_builds.get(mofed_version)
         return kernels is None or kernel in kernels
 
     # -- nodes ----------------------------------------------------------------------
