@@ -69,7 +69,7 @@ from ..cluster import Route
 from ..registry import ResourceType
 from ..selectors import label_selector_from_map
 from ..store import Store, WatchEvent
-from . import podutil
+from . import olm, podutil
 from . import upgrade_model as um
 from .admin import protected
 from .index import ClusterIndex
@@ -966,6 +966,7 @@ class GpuOperator:
         self.seed()
         self.twin.controllers.append(self)
         self.twin.routes.extend(self.routes())
+        olm.attach(self)  # Subscription/InstallPlan model of the operator's own upgrade (sim/olm.py)
         self.twin.published["gpu_operator"] = {
             "namespace": self.namespace,
             "cluster_policy": CLUSTER_POLICY_NAME,

@@ -1,0 +1,1 @@
+"""Benchmarks: run against the twin, results under bench/results/ (git-ignored)."""

@@ -1,0 +1,777 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""The GPU driver rollout of module clusterpolicy_upgrade: read, preflight, scope, write, watch, halt
+(collection-internal).
+
+The GPU Operator's upgrade controller does the node work (cordon, pod
+deletion, driver restart, validation). This runner only
+
+1. reads the ClusterPolicy, the NVIDIADrivers, the GPU nodes and their driver
+   pods, and the CRDs the cluster serves;
+2. checks the request against them and runs the preflight (read-only; a
+   preflight-only run stops here);
+3. plans the writes (``_gpu_driver_scope``) -- check mode stops here and
+   returns the plan and the diff;
+4. writes: merge patches guarded by resourceVersion, re-read and re-computed
+   on a 409 so another writer's change is never overwritten with stale data;
+5. waits (bounded) until every targeted node is ``upgrade-done`` on the target
+   driver, or one is ``upgrade-failed``;
+6. halts at the first failed node: the nodes not yet started get the skip
+   label, the failed node is left as it is, a Warning Event names it, and the
+   module fails naming the node and the reason.
+
+Everything it decides from lives on the cluster, so a re-run after an
+interruption continues from where the cluster is.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
+    GpuFleetError,
+    InvalidInputError,
+    KubeApiError,
+    RolloutHaltedError,
+    WaitTimeoutError,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_preflight import (
+    ERROR,
+    Preflight,
+    PreflightInput,
+    run_preflight,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope import (
+    GPU_PRESENT_LABEL,
+    PHASE_CLEANUP,
+    PHASE_SCOPE,
+    PHASE_TARGET,
+    POOL_MOVE_ANNOTATION,
+    POOL_MOVE_CORDONED,
+    POOL_MOVE_WAS_UNSCHEDULABLE,
+    SCOPE_CANARY,
+    ClusterView,
+    RolloutPlan,
+    RolloutRequest,
+    Write,
+    annotations_of,
+    halt_writes,
+    labels_of,
+    name_of,
+    node_label_view,
+    plan_rollout,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import (
+    BUILTIN_UPGRADE_POLICY_FIELDS,
+    DriverTarget,
+    FieldSpec,
+    apply_merge_patch,
+    crd_schema_at,
+    effective_upgrade_policy,
+    fields_from_schema,
+    merge_patch_for,
+    normalize_upgrade_policy,
+    normalized_for_diff,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import (
+    DRIVER_COMPONENT_SELECTOR,
+    UPGRADE_EVENT_REASON,
+    EventLog,
+    NodeView,
+    Progress,
+    Tracker,
+    build_timeline,
+    failure_reason,
+    halt_decision,
+    iso,
+    node_views,
+    pool_settled,
+    rollout_progress,
+    rollout_settled,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    CLUSTER_POLICIES,
+    DAEMONSETS,
+    EVENTS,
+    MACHINE_CONFIG_POOLS,
+    NODES,
+    NVIDIA_DRIVERS,
+    PDBS,
+    PODS,
+    KubeApi,
+    ResourceRef,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_event
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, drain_pods, patch_node
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
+
+CRDS = ResourceRef("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
+CLUSTER_POLICY_CRD = "clusterpolicies.nvidia.com"
+NVIDIA_DRIVER_CRD = "nvidiadrivers.nvidia.com"
+REFS = {"ClusterPolicy": CLUSTER_POLICIES, "NVIDIADriver": NVIDIA_DRIVERS, "Node": NODES}
+# Node Events of cluster-scoped objects live in "default" (client-go's recorder puts them there).
+NODE_EVENTS_NAMESPACE = "default"
+CONFLICT_ATTEMPTS = 5
+UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+@dataclass(frozen=True)
+class DriverRolloutOptions:
+    """The module's options, as the runner needs them."""
+
+    driver: Optional[Dict[str, Any]] = None
+    upgrade_policy: Optional[Dict[str, Any]] = None
+    cluster_policy: Optional[str] = None
+    operator_namespace: Optional[str] = None
+    scope: str = "all"
+    canary_mode: Optional[str] = None
+    canary_selector: Dict[str, str] = field(default_factory=lambda: {"gpu-canary": "true"})
+    canary_driver_name: str = "gpu-canary"
+    remove_canary_driver: bool = True
+    retry_failed_nodes: bool = False
+    preflight_only: bool = False
+    wait: bool = True
+    wait_timeout: float = 3600.0
+    wait_sleep: float = 10.0
+    check_mode: bool = False
+    diff: bool = False
+
+
+@dataclass
+class Clock:
+    monotonic: Callable[[], float] = time.monotonic
+    pause: Callable[[float], None] = time.sleep
+    now: Callable[[], datetime.datetime] = utc_now
+
+
+@dataclass
+class ClusterRead:
+    policy: Dict[str, Any]
+    namespace: str
+    nodes: List[Dict[str, Any]]
+    driver_pods: List[Dict[str, Any]]
+    drivers: List[Dict[str, Any]]
+    upgrade_policy_fields: FieldSpec
+    crd_has_default: bool
+
+    @property
+    def managed(self) -> frozenset:
+        return frozenset(
+            str((pod.get("spec") or {}).get("nodeName"))
+            for pod in self.driver_pods
+            if pod.get("spec", {}).get("nodeName")
+        )
+
+
+class DriverRollout:
+    """One run of the module against one cluster."""
+
+    def __init__(self, api: KubeApi, options: DriverRolloutOptions, *, clock: Optional[Clock] = None) -> None:
+        self.api = api
+        self.options = options
+        self.clock = clock or Clock()
+        self.started = self.clock.monotonic()
+        self.deadline = self.started + max(0.0, float(options.wait_timeout))
+        self.changed = False
+        self.patches: List[Dict[str, Any]] = []
+        self.tracker = Tracker()
+        self.event_log = EventLog()
+        self.warnings: List[str] = []
+        # The GPU nodes as the last observation saw them (halt writes are computed from these).
+        self.latest_nodes: List[Dict[str, Any]] = []
+
+    # -- reading -------------------------------------------------------------------------------
+    def read_cluster(self) -> ClusterRead:
+        policy = self._cluster_policy()
+        namespace = self.options.operator_namespace or str((policy.get("status") or {}).get("namespace") or "")
+        if not namespace:
+            pods = self.api.list(PODS, label_selector=DRIVER_COMPONENT_SELECTOR)
+            namespace = str((pods[0].get("metadata") or {}).get("namespace") or "") if pods else ""
+        if not namespace:
+            raise InvalidInputError(
+                "Cannot tell the GPU Operator's namespace (the ClusterPolicy has no status.namespace and no driver "
+                "pod runs); set operator_namespace"
+            )
+        nodes = [
+            node
+            for node in self.api.list(NODES)
+            if labels_of(node).get(GPU_PRESENT_LABEL) == "true"
+            or "nvidia.com/gpu" in (node.get("status") or {}).get("capacity", {})
+        ]
+        driver_pods = self.api.list(PODS, namespace=namespace, label_selector=DRIVER_COMPONENT_SELECTOR)
+        uses_crd = bool((((policy.get("spec") or {}).get("driver")) or {}).get("useNvidiaDriverCRD"))
+        drivers = self.api.list(NVIDIA_DRIVERS) if uses_crd else []
+        fields, has_default = self._served_schemas(uses_crd=uses_crd)
+        return ClusterRead(
+            policy=policy,
+            namespace=namespace,
+            nodes=nodes,
+            driver_pods=driver_pods,
+            drivers=drivers,
+            upgrade_policy_fields=fields,
+            crd_has_default=has_default,
+        )
+
+    def _cluster_policy(self) -> Dict[str, Any]:
+        if self.options.cluster_policy:
+            policy = self.api.get(CLUSTER_POLICIES, self.options.cluster_policy)
+            if policy is None:
+                raise InvalidInputError(f"ClusterPolicy {self.options.cluster_policy} does not exist")
+            return policy
+        policies = self.api.list(CLUSTER_POLICIES)
+        if not policies:
+            raise InvalidInputError("The cluster has no ClusterPolicy: is the GPU Operator installed?")
+        # The operator honours only its oldest ClusterPolicy and marks the others ignored.
+        return min(policies, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), name_of(p)))
+
+    def _served_schemas(self, *, uses_crd: bool) -> Tuple[FieldSpec, bool]:
+        """The upgradePolicy field set of the served ClusterPolicy CRD, and whether NVIDIADriver has spec.default.
+
+        Reading CRDs needs cluster-scope read access; without it the field set of
+        the upstream CRD this collection was tested with is used instead.
+        """
+        fields = BUILTIN_UPGRADE_POLICY_FIELDS
+        has_default = False
+        try:
+            crd = self.api.get(CRDS, CLUSTER_POLICY_CRD)
+            node = crd_schema_at(crd, ("spec", "driver", "upgradePolicy"), version="v1") if crd else None
+            if node:
+                fields = fields_from_schema(node)
+            if uses_crd:
+                driver_crd = self.api.get(CRDS, NVIDIA_DRIVER_CRD)
+                has_default = bool(driver_crd and crd_schema_at(driver_crd, ("spec", "default")))
+        except KubeApiError as err:
+            if err.status not in (401, 403, 404):
+                raise
+            self.warnings.append(f"Cannot read the served CRDs ({err.status}); checked against the built-in field set")
+        return fields, has_default
+
+    def read_preflight_extras(self, namespace: str) -> Dict[str, Any]:
+        daemonsets = self.api.list(DAEMONSETS, namespace=namespace, label_selector=DRIVER_COMPONENT_SELECTOR)
+        pods = self.api.list(PODS, field_selector=UNFINISHED_PODS)
+        pdbs = self.api.list(PDBS)
+        try:
+            pools: Optional[List[Dict[str, Any]]] = self.api.list(MACHINE_CONFIG_POOLS)
+        except KubeApiError as err:
+            if err.status != 404:
+                raise
+            pools = None  # not OpenShift: no MachineConfigPools
+        return {"daemonsets": daemonsets, "pods": pods, "pdbs": pdbs, "pools": pools}
+
+    # -- the run -------------------------------------------------------------------------------
+    def run(self) -> Dict[str, Any]:
+        options = self.options
+        cluster = self.read_cluster()
+        upgrade_policy = normalize_upgrade_policy(options.upgrade_policy, fields=cluster.upgrade_policy_fields)
+        target: Optional[DriverTarget] = None
+        if options.driver and options.driver.get("version"):
+            target = DriverTarget.from_params(options.driver)
+        elif not options.preflight_only:
+            target = DriverTarget.from_params(options.driver)  # raises: version is required
+        driver_section = ((cluster.policy.get("spec") or {}).get("driver")) or {}
+        effective = effective_upgrade_policy(driver_section.get("upgradePolicy"), upgrade_policy)
+        request = RolloutRequest(
+            scope=options.scope,
+            target=target,
+            upgrade_policy=upgrade_policy,
+            canary_mode=options.canary_mode,
+            canary_selector=dict(options.canary_selector),
+            canary_driver_name=options.canary_driver_name,
+            remove_canary_driver=options.remove_canary_driver,
+            retry_failed_nodes=options.retry_failed_nodes,
+        )
+        view = ClusterView(
+            policy=cluster.policy,
+            drivers=tuple(cluster.drivers),
+            nodes=tuple(cluster.nodes),
+            managed=cluster.managed,
+            crd_has_default=cluster.crd_has_default,
+        )
+        plan = plan_rollout(view, request)
+        self.warnings.extend(plan.warnings)
+        extras = self.read_preflight_extras(cluster.namespace)
+        preflight = run_preflight(
+            PreflightInput(
+                policy=cluster.policy,
+                upgrade_policy=effective,
+                gpu_nodes=tuple(cluster.nodes),
+                driver_pods=tuple(cluster.driver_pods),
+                driver_daemonsets=tuple(extras["daemonsets"]),
+                pods=tuple(extras["pods"]),
+                pdbs=tuple(extras["pdbs"]),
+                machine_config_pools=None if extras["pools"] is None else tuple(extras["pools"]),
+                targets=plan.targets,
+                managed=cluster.managed,
+                held_by_others=plan.held_by_others,
+                scope=options.scope,
+                canary_mode=options.canary_mode,
+                wait=options.wait and not options.preflight_only,
+                retry_failed_nodes=options.retry_failed_nodes,
+                target_version=target.version if target else "",
+            )
+        )
+        result = self._base_result(cluster=cluster, target=target, plan=plan, preflight=preflight)
+        if options.preflight_only:
+            return self._finish(result)
+        if target is None:
+            raise InvalidInputError("a driver version is required unless preflight_only is set")
+        errors = preflight.errors
+        if errors:
+            raise GpuFleetError(
+                "preflight found what would stall or fail the rollout: " + "; ".join(f.message for f in errors),
+                result=self._finish(result),
+            )
+        if options.diff or options.check_mode:
+            result["diff"] = plan_diff(plan)
+        if options.check_mode:
+            self.changed = plan.changes
+            return self._finish(result)
+
+        self.finish_pool_moves(cluster, result=result)
+        scope_writes = plan.in_phase(PHASE_SCOPE)
+        if plan.pin is not None:
+            self.execute([write for write in scope_writes if write.op != "create"])
+            self.move_pool(
+                cluster,
+                nodes=plan.pin.nodes,
+                writes=[write for write in scope_writes if write.op == "create"],
+                driver_name=plan.pin.driver_name,
+                member=True,
+                effective=effective,
+                result=result,
+            )
+        else:
+            self.execute(scope_writes)
+        self.execute(plan.in_phase(PHASE_TARGET))
+        if not options.wait:
+            if plan.in_phase(PHASE_CLEANUP):
+                self.warnings.append("wait is false: the canary NVIDIADriver stays until a run that waits finishes")
+            return self._finish(result)
+
+        views, progress = self.watch(cluster, plan=plan, target=target, result=result)
+        events = self.collected_events()
+        result["timeline"] = build_timeline(nodes=plan.targets, events=events, observed=self.tracker.observed)
+        if progress.failed:
+            self.halt(cluster, plan=plan, target=target, views=views, progress=progress, events=events, result=result)
+        cleanup = plan.in_phase(PHASE_CLEANUP)
+        if cleanup:
+            self.move_pool(
+                cluster,
+                nodes=tuple(name for name in plan.canary_nodes if name in plan.targets),
+                writes=cleanup,
+                driver_name=self.options.canary_driver_name,
+                member=False,
+                effective=effective,
+                result=result,
+            )
+        return self._finish(result)
+
+    # -- moving nodes between NVIDIADriver pools ---------------------------------------------------
+    def move_pool(
+        self,
+        cluster: ClusterRead,
+        *,
+        nodes: Tuple[str, ...],
+        writes: Sequence[Write],
+        driver_name: str,
+        member: bool,
+        effective: Mapping[str, Any],
+        result: Dict[str, Any],
+    ) -> None:
+        """Move nodes into (``member``) or out of an NVIDIADriver's pool without pulling the driver from under
+        running GPU pods.
+
+        A pool move replaces the node's driver pod through the DaemonSets, outside the upgrade controller, so
+        nobody cordons the node or deletes its GPU pods first. This does what the controller would: cordon,
+        evict the GPU pods (PodDisruptionBudgets apply), move, wait for the new driver pod, uncordon. An
+        annotation on each node records the move, so an interrupted run finishes it next time.
+        """
+        deletion = dict(effective.get("podDeletion") or {})
+        selection = PodSelection(
+            gpu=True,
+            exempt_label="nvidia.com/gpu-driver-upgrade-drain.skip",
+            force=bool(deletion.get("force")),
+            delete_emptydir_data=bool(deletion.get("deleteEmptyDir")),
+        )
+        by_name = {name_of(node): node for node in cluster.nodes}
+        for name in nodes:
+            node = by_name.get(name) or {}
+            if POOL_MOVE_ANNOTATION in annotations_of(node):
+                continue
+            was_cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+            marker = POOL_MOVE_WAS_UNSCHEDULABLE if was_cordoned else POOL_MOVE_CORDONED
+            patch_node(self.api, name, annotations={POOL_MOVE_ANNOTATION: marker}, unschedulable=True)
+            self.changed = True
+        for name in nodes:
+            drain_pods(
+                self.api,
+                name,
+                selection=selection,
+                timeout=self._remaining(),
+                sleep=self.options.wait_sleep,
+                clock=self.clock.monotonic,
+                pause=self.clock.pause,
+            )
+        self.execute(writes)
+        self.wait_for_pool(cluster, driver_name=driver_name, nodes=nodes, member=member, result=result)
+        self._release_moved(nodes)
+
+    def _release_moved(self, nodes: Sequence[str]) -> None:
+        for name in nodes:
+            node = self.api.get(NODES, name) or {}
+            marker = annotations_of(node).get(POOL_MOVE_ANNOTATION)
+            if marker is None:
+                continue
+            patch_node(
+                self.api,
+                name,
+                annotations={POOL_MOVE_ANNOTATION: None},
+                unschedulable=False if marker == POOL_MOVE_CORDONED else None,
+            )
+            self.changed = True
+
+    def finish_pool_moves(self, cluster: ClusterRead, *, result: Dict[str, Any]) -> None:
+        """A run interrupted during a pool move left nodes cordoned with the move annotation: finish them."""
+        moving = tuple(name_of(node) for node in cluster.nodes if POOL_MOVE_ANNOTATION in annotations_of(node))
+        if not moving:
+            return
+        canary_exists = any(name_of(cr) == self.options.canary_driver_name for cr in cluster.drivers)
+        self.wait_for_pool(
+            cluster, driver_name=self.options.canary_driver_name, nodes=moving, member=canary_exists, result=result
+        )
+        self._release_moved(moving)
+
+    # -- writes --------------------------------------------------------------------------------
+    def execute(self, writes: Sequence[Write]) -> None:
+        for write in writes:
+            if write.op == "create":
+                self._create(write)
+            elif write.op == "delete":
+                if self.api.delete(REFS[write.kind], write.name) is not None:
+                    self.changed = True
+                    self.patches.append({"op": "delete", "kind": write.kind, "name": write.name})
+            elif write.kind == "Node":
+                if write.patch:
+                    # Label and annotation merges need no guard: they cannot undo another writer's fields.
+                    self.api.patch(NODES, write.name, write.patch)
+                    self.changed = True
+                    self.patches.append({"op": "patch", "kind": "Node", "name": write.name, "patch": write.patch})
+            else:
+                self._guarded_patch(write)
+
+    def _guarded_patch(self, write: Write) -> None:
+        """Merge patch carrying the resourceVersion it was computed from; on 409 read again and recompute."""
+        ref = REFS[write.kind]
+        for _attempt in range(CONFLICT_ATTEMPTS):
+            current = self.api.get(ref, write.name)
+            if current is None:
+                raise KubeApiError(f"{write.kind} {write.name} disappeared before it could be patched", status=404)
+            patch = merge_patch_for(current, write.desired)
+            if not patch:
+                return
+            body = apply_merge_patch(patch, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}})
+            try:
+                self.api.patch(ref, write.name, body)
+            except KubeApiError as err:
+                if err.status == 409:
+                    continue
+                raise
+            self.changed = True
+            self.patches.append({"op": "patch", "kind": write.kind, "name": write.name, "patch": body})
+            return
+        raise KubeApiError(
+            f"{write.kind} {write.name} kept changing under this write ({CONFLICT_ATTEMPTS} conflicts in a row)",
+            status=409,
+            reason="Conflict",
+        )
+
+    def _create(self, write: Write) -> None:
+        ref = REFS[write.kind]
+        try:
+            self.api.create(ref, write.desired)
+        except KubeApiError as err:
+            if err.status != 409:
+                raise
+            # Created meanwhile (a parallel run): bring it to what this run wants instead.
+            self._guarded_patch(
+                Write(
+                    op="patch",
+                    kind=write.kind,
+                    name=write.name,
+                    why=write.why,
+                    phase=write.phase,
+                    desired={"spec": write.desired.get("spec", {})},
+                )
+            )
+            return
+        self.changed = True
+        self.patches.append({"op": "create", "kind": write.kind, "name": write.name, "body": write.desired})
+
+    # -- watching ------------------------------------------------------------------------------
+    def observe(
+        self, cluster: ClusterRead, *, nodes: Sequence[str]
+    ) -> Tuple[Dict[str, NodeView], List[Dict[str, Any]]]:
+        node_objects = [
+            node
+            for node in self.api.list(NODES)
+            if labels_of(node).get(GPU_PRESENT_LABEL) == "true" or name_of(node) in cluster.managed
+        ]
+        pods = self.api.list(PODS, namespace=cluster.namespace, label_selector=DRIVER_COMPONENT_SELECTOR)
+        views = node_views(node_objects, pods)
+        elapsed = self.clock.monotonic() - self.started
+        if self.tracker.observe(views, nodes=nodes, at=iso(self.clock.now()), elapsed=elapsed):
+            # Something moved: collect the controller's Events before the API server expires them.
+            self.event_log.add(self.upgrade_events())
+        return views, node_objects
+
+    def _remaining(self) -> float:
+        return max(0.0, self.deadline - self.clock.monotonic())
+
+    def watch(
+        self, cluster: ClusterRead, *, plan: RolloutPlan, target: DriverTarget, result: Dict[str, Any]
+    ) -> Tuple[Dict[str, NodeView], Progress]:
+        latest: Dict[str, Any] = {}
+
+        def observe() -> Progress:
+            views, node_objects = self.observe(cluster, nodes=plan.targets)
+            latest["views"], latest["nodes"] = views, node_objects
+            return rollout_progress(views, targets=plan.targets, target_version=target.version)
+
+        try:
+            outcome = wait_until(
+                observe,
+                rollout_settled,
+                timeout=self._remaining(),
+                sleep=self.options.wait_sleep,
+                what=f"driver {target.version} on {len(plan.targets)} node(s)",
+                clock=self.clock.monotonic,
+                pause=self.clock.pause,
+            )
+        except WaitTimeoutError as err:
+            progress: Progress = err.result["last"]
+            result["progress"] = progress.as_dict()
+            result["timeline"] = build_timeline(
+                nodes=plan.targets, events=self.collected_events(), observed=self.tracker.observed
+            )
+            raise WaitTimeoutError(
+                f"{err.msg}: {len(progress.done)} of {len(plan.targets)} node(s) done, "
+                f"in progress: {', '.join(progress.in_progress) or 'none'}, "
+                f"not started: {', '.join(progress.pending) or 'none'}",
+                result=self._finish(result),
+            ) from err
+        self.latest_nodes = latest["nodes"]
+        result["progress"] = outcome.value.as_dict()
+        return latest["views"], outcome.value
+
+    def wait_for_pool(
+        self, cluster: ClusterRead, *, driver_name: str, nodes: Tuple[str, ...], member: bool, result: Dict[str, Any]
+    ) -> None:
+        """Until the nodes' driver pods run from (or, ``member`` False, away from) the NVIDIADriver's DaemonSets."""
+
+        def observe() -> bool:
+            views, _nodes = self.observe(cluster, nodes=nodes)
+            owners = {
+                name_of(ds): str(ref.get("name"))
+                for ds in self.api.list(
+                    DAEMONSETS, namespace=cluster.namespace, label_selector=DRIVER_COMPONENT_SELECTOR
+                )
+                for ref in (ds.get("metadata") or {}).get("ownerReferences") or []
+                if ref.get("kind") == "NVIDIADriver"
+            }
+            return pool_settled(views, nodes=nodes, driver_name=driver_name, daemonset_owners=owners, member=member)
+
+        what = (
+            f"the canary node(s) {', '.join(nodes)} to run their driver from NVIDIADriver {driver_name}"
+            if member
+            else f"the canary node(s) {', '.join(nodes)} to return to the production NVIDIADriver"
+        )
+        try:
+            wait_until(
+                observe,
+                bool,
+                timeout=self._remaining(),
+                sleep=self.options.wait_sleep,
+                what=what,
+                clock=self.clock.monotonic,
+                pause=self.clock.pause,
+            )
+        except WaitTimeoutError as err:
+            raise WaitTimeoutError(err.msg, result=self._finish(result)) from err
+
+    def collected_events(self) -> List[Dict[str, Any]]:
+        """Every upgrade Event seen during the run, refreshed once more now."""
+        self.event_log.add(self.upgrade_events())
+        return self.event_log.events
+
+    def upgrade_events(self) -> List[Dict[str, Any]]:
+        return self.api.list(
+            EVENTS,
+            namespace=NODE_EVENTS_NAMESPACE,
+            field_selector=f"involvedObject.kind=Node,reason={UPGRADE_EVENT_REASON}",
+        )
+
+    # -- halting -------------------------------------------------------------------------------
+    def halt(
+        self,
+        cluster: ClusterRead,
+        *,
+        plan: RolloutPlan,
+        target: DriverTarget,
+        views: Mapping[str, NodeView],
+        progress: Progress,
+        events: Sequence[Mapping[str, Any]],
+        result: Dict[str, Any],
+    ) -> None:
+        decision = halt_decision(views, managed=cluster.managed, failed=progress.failed, target_version=target.version)
+        holds = halt_writes(self.latest_nodes, hold=decision.hold)
+        self.execute(holds)
+        failures = []
+        for name in decision.failed:
+            node_events = [e for e in events if (e.get("involvedObject") or {}).get("name") == name]
+            reason = failure_reason(views.get(name), node_events=node_events, timeline=result["timeline"].get(name, []))
+            failures.append({"node": name, "state": views[name].state if name in views else "", "reason": reason})
+        first = failures[0]
+        result["failures"] = failures
+        result["halted"] = True
+        result["halt"] = {
+            "failed": list(decision.failed),
+            "held": list(decision.hold),
+            "in_progress": list(decision.in_progress),
+        }
+        message = (
+            f"GPU driver rollout to {target.version} halted at node {first['node']}: {first['reason']}. "
+            f"{len(decision.hold)} node(s) not yet started are held with nvidia.com/gpu-driver-upgrade.skip=true"
+            + (f"; {_few(decision.in_progress)} were under way and are left to finish" if decision.in_progress else "")
+        )
+        failed_node = next((n for n in self.latest_nodes if name_of(n) == first["node"]), None)
+        if failed_node is not None:
+            failed_node.setdefault("kind", "Node")
+            failed_node.setdefault("apiVersion", "v1")
+            record_event(self.api, failed_node, message=message, event_type="Warning", action="Halt")
+        raise RolloutHaltedError(message, node=first["node"], result=self._finish(result))
+
+    # -- results -------------------------------------------------------------------------------
+    def _base_result(
+        self, *, cluster: ClusterRead, target: Optional[DriverTarget], plan: RolloutPlan, preflight: Preflight
+    ) -> Dict[str, Any]:
+        driver_section = ((cluster.policy.get("spec") or {}).get("driver")) or {}
+        return {
+            "cluster_policy": name_of(cluster.policy),
+            "operator_namespace": cluster.namespace,
+            "uses_nvidia_driver_crd": bool(driver_section.get("useNvidiaDriverCRD")),
+            "target": {"version": target.version, "repository": target.repository, "image": target.image}
+            if target
+            else None,
+            "scope": self.options.scope,
+            "canary_mode": self.options.canary_mode,
+            "targets": list(plan.targets),
+            "canary_nodes": list(plan.canary_nodes),
+            "held_by_others": list(plan.held_by_others),
+            "plan": plan.as_dict(),
+            "preflight": preflight.as_dict(),
+            "timeline": {},
+            "failures": [],
+            "halted": False,
+        }
+
+    def _finish(self, result: Dict[str, Any]) -> Dict[str, Any]:
+        elapsed = self.clock.monotonic() - self.started
+        self.tracker.close(at=iso(self.clock.now()), elapsed=elapsed)
+        result.update(
+            changed=self.changed,
+            patches=list(self.patches),
+            capacity=list(self.tracker.capacity),
+            elapsed=round(elapsed, 3),
+            api_requests=self.api.requests_sent,
+            warnings=list(dict.fromkeys(self.warnings)),
+        )
+        return result
+
+
+def _few(names: Sequence[str], *, shown: int = 5) -> str:
+    """Names for a message: the first few, then how many more."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"
+
+
+def plan_diff(plan: RolloutPlan) -> List[Dict[str, Any]]:
+    """Before and after of every object the plan changes (normalized), node labels gathered in one entry."""
+    entries: List[Dict[str, Any]] = []
+    node_before: Dict[str, Any] = {}
+    node_after: Dict[str, Any] = {}
+    created: Dict[str, Dict[str, Any]] = {}
+    for write in plan.writes:
+        if write.kind == "Node":
+            if not write.patch:
+                continue
+            before = write.before or node_label_view({"metadata": {"name": write.name}})
+            current = node_after.get(write.name) or before["metadata"]
+            node_before.setdefault(write.name, before["metadata"])
+            node_after[write.name] = apply_merge_patch(current, write.patch.get("metadata", {}))
+            continue
+        header = f"{write.kind} {write.name}"
+        if write.op == "create":
+            created[write.name] = write.desired
+            entries.append(
+                {
+                    "before": {},
+                    "after": normalized_for_diff(write.desired),
+                    "before_header": header,
+                    "after_header": header,
+                }
+            )
+        elif write.op == "delete":
+            entries.append(
+                {
+                    "before": normalized_for_diff(write.before),
+                    "after": {},
+                    "before_header": header,
+                    "after_header": header,
+                }
+            )
+        elif write.patch:
+            if write.name in created and write.kind == "NVIDIADriver":
+                # The new canary pool is created pinned and then bumped: show where it ends.
+                entry = next(e for e in entries if e["after_header"] == header)
+                entry["after"] = normalized_for_diff(apply_merge_patch(created[write.name], write.patch))
+                continue
+            entries.append(
+                {
+                    "before": normalized_for_diff(write.before),
+                    "after": normalized_for_diff(apply_merge_patch(write.before or {}, write.patch)),
+                    "before_header": header,
+                    "after_header": header,
+                }
+            )
+    if node_after:
+        entries.append(
+            {
+                "before": {"nodes": dict(sorted(node_before.items()))},
+                "after": {"nodes": dict(sorted(node_after.items()))},
+                "before_header": "Node labels",
+                "after_header": "Node labels",
+            }
+        )
+    return entries
+
+
+def run_driver_rollout(api: KubeApi, options: DriverRolloutOptions, *, clock: Optional[Clock] = None) -> Dict[str, Any]:
+    """The module's one entry point: returns the result, or raises a GpuFleetError carrying the partial result."""
+    if options.scope == SCOPE_CANARY and not options.canary_mode:
+        raise InvalidInputError("scope 'canary' needs canary_mode (nvidiadriver or skip_label)")
+    if options.wait_sleep <= 0:
+        raise InvalidInputError("wait_sleep must be greater than 0")
+    if options.wait_timeout < 0:
+        raise InvalidInputError("wait_timeout cannot be negative")
+    return DriverRollout(api, options, clock=clock).run()
+
+
+__all__ = ["ERROR", "Clock", "DriverRolloutOptions", "plan_diff", "run_driver_rollout"]

@@ -1,0 +1,363 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""Promotion written back into the matrix file, comments kept (collection-internal).
+
+After a promotion the matrix says what now runs: ``canary_testing``'s
+versions become ``current_production``, the production versions they replace
+become the ``rollback`` entry (only the components that changed: rollback
+builds on current_production), and ``canary_testing`` keeps only its status
+(``promoted``) and a note: pinning nothing, it equals production, so the
+planner and the audit see no change until a person writes the next one.
+``next_planned``, which builds on canary_testing, keeps the same effective
+versions because production now holds them.
+
+The file is edited with ruamel.yaml's round trip, so comments, quoting and
+key order survive, including inside the ConfigMap form's embedded
+``matrix.yaml`` text, and written atomically (``write_text_atomically``).
+Optionally the change is committed to Git and tagged ``vYYYY-MM-stable``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError, InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import (
+    CONFIGMAP_DATA_KEY,
+    METADATA_KEYS,
+    VERSIONS_FORM_KEYS,
+)
+
+try:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+    from ruamel.yaml.error import CommentMark, YAMLError
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
+    from ruamel.yaml.tokens import CommentToken
+
+    HAS_RUAMEL = True
+    RUAMEL_IMPORT_ERROR: Optional[str] = None
+except ImportError:
+    HAS_RUAMEL = False
+    RUAMEL_IMPORT_ERROR = traceback.format_exc()
+
+PRODUCTION_NAMES = ("current_production", "current")
+CANARY_NAMES = ("canary_testing", "canary")
+ROLLBACK_NAMES = ("rollback",)
+
+
+class GitError(GpuFleetError):
+    """A git command failed; ``msg`` carries git's own words."""
+
+
+@dataclass
+class Promotion:
+    """The promoted matrix and what moved where."""
+
+    text: str
+    changed: bool
+    form: str
+    message: str
+    promoted: Dict[str, str] = field(default_factory=dict)  # component -> version now in production
+    rollback: Dict[str, str] = field(default_factory=dict)  # component -> version production had
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "changed": self.changed,
+            "form": self.form,
+            "message": self.message,
+            "promoted": dict(self.promoted),
+            "rollback": dict(self.rollback),
+        }
+
+
+def _yaml() -> Any:
+    if not HAS_RUAMEL:
+        raise InvalidInputError("ruamel.yaml is required to write the matrix back with its comments")
+    handler = YAML()
+    handler.preserve_quotes = True
+    handler.width = 4096
+    handler.indent(mapping=2, sequence=4, offset=2)
+    return handler
+
+
+def _load(text: str, *, source: str) -> Any:
+    try:
+        return _yaml().load(text)
+    except YAMLError as err:
+        raise InvalidInputError(f"{source} is not valid YAML: {str(err).splitlines()[0]}") from err
+
+
+def _dump(data: Any) -> str:
+    stream = io.StringIO()
+    _yaml().dump(data, stream)
+    return stream.getvalue()
+
+
+def _find(document: Any, names: Sequence[str]) -> Tuple[Optional[str], Optional[Any]]:
+    for name in names:
+        if name in document:
+            return name, document[name]
+    return None, None
+
+
+# Comments after a mapping's last entry are held by that entry in ruamel.yaml
+# (``ca.items[last][2]``): they are what precedes the next top-level key, the
+# blank line included, so they move with the position, not with the entry.
+def _split_trailing(mapping: Any) -> Tuple[str, str]:
+    """(end-of-line comment of the last entry, the lines that follow it)."""
+    if not isinstance(mapping, CommentedMap) or not mapping:
+        return "", ""
+    slots = mapping.ca.items.get(list(mapping)[-1])
+    if not slots or len(slots) < 3 or slots[2] is None:
+        return "", ""
+    value = str(slots[2].value)
+    if value.startswith("#"):
+        head, _newline, rest = value.partition("\n")
+        return head, rest
+    return "", value[1:] if value.startswith("\n") else value
+
+
+def _set_trailing(mapping: Any, *, eol: str, following: str) -> None:
+    if not isinstance(mapping, CommentedMap) or not mapping:
+        return
+    slots = mapping.ca.items.setdefault(list(mapping)[-1], [None, None, None, None])
+    while len(slots) < 4:
+        slots.append(None)
+    slots[2] = CommentToken(f"{eol}\n{following}", CommentMark(0), None) if eol or following else None
+
+
+def _append_keeping_trailing(mapping: Any, key: Any, value: Any) -> None:
+    """Add a last entry; what followed the old last entry now follows the new one."""
+    eol, following = _split_trailing(mapping)
+    _set_trailing(mapping, eol=eol, following="")
+    mapping[key] = value
+    _set_trailing(mapping, eol="", following=following)
+
+
+def _quoted(value: Any) -> Any:
+    return DoubleQuotedScalarString(str(value))
+
+
+def _canonical(key: str, *, versions_form: bool) -> str:
+    return VERSIONS_FORM_KEYS.get(key, key) if versions_form else key
+
+
+def promote_document(document: Any, *, promoted_on: str, note: str, versions_form: bool, source: str) -> Promotion:
+    """Promote in place on a round-trip mapping of stages; returns what moved (nothing when the canary pins
+    nothing that differs from production, as after a promotion: running it twice changes nothing)."""
+    if not isinstance(document, CommentedMap):
+        raise InvalidInputError(f"{source}: expected a mapping of stages")
+    production_name, production = _find(document, PRODUCTION_NAMES)
+    canary_name, canary = _find(document, CANARY_NAMES)
+    if production is None:
+        raise InvalidInputError(f"{source}: no current_production stage to promote into")
+    if canary is None:
+        return Promotion(text="", changed=False, form="", message="no canary_testing stage: nothing to promote")
+    # ``written``: canonical component name -> the key spelling this file uses.
+    written = {_canonical(str(key), versions_form=versions_form): key for key in production}
+    moves = []
+    for key, value in canary.items():
+        name = _canonical(str(key), versions_form=versions_form)
+        if name in METADATA_KEYS:
+            continue
+        target_key = written.get(name, key)
+        old = production.get(target_key)
+        if old is None or str(old) != str(value):
+            moves.append((name, target_key, value, old))
+    if not moves:
+        return Promotion(
+            text="",
+            changed=False,
+            form="",
+            message=f"{canary_name} pins nothing that differs from {production_name}: nothing to promote",
+        )
+    promoted: Dict[str, str] = {}
+    rollback: Dict[str, str] = {}
+    for name, target_key, value, old in moves:
+        promoted[name] = str(value)
+        if old is not None:
+            rollback[name] = str(old)
+        if target_key in production:
+            production[target_key] = _quoted(value)
+            continue
+        # New components go before the metadata (status, notes...) so the block stays readable.
+        position = next(
+            (
+                index
+                for index, existing in enumerate(production)
+                if _canonical(str(existing), versions_form=versions_form) in METADATA_KEYS
+            ),
+            len(production),
+        )
+        if position < len(production):
+            production.insert(position, target_key, _quoted(value))
+        else:
+            _append_keeping_trailing(production, target_key, _quoted(value))
+        written[name] = target_key
+    # canary_testing stays, pinning nothing (so it equals production and every
+    # tool that plans towards it sees no change) until a person writes the next change.
+    _eol, following = _split_trailing(canary)
+    emptied = CommentedMap()
+    emptied["status"] = _quoted("promoted")
+    emptied["notes"] = _quoted(f"Promoted to {production_name} on {promoted_on}; write the next change here.")
+    if canary.ca.comment:
+        emptied.ca.comment = canary.ca.comment
+    document[canary_name] = emptied
+    _set_trailing(emptied, eol="", following=following)
+    message = "promoted " + ", ".join(
+        f"{name} {rollback.get(name, '(new)')} -> {version}" for name, version in promoted.items()
+    )
+    _set_metadata(production, "status", "production")
+    _set_metadata(production, "deployed", promoted_on)
+    if note:
+        _set_metadata(production, "notes", note)
+    if rollback:
+        _write_rollback(document, rollback, promoted_on=promoted_on, versions_form=versions_form, written=written)
+    return Promotion(text="", changed=True, form="", message=message, promoted=promoted, rollback=rollback)
+
+
+def _set_metadata(stage: Any, key: str, value: str) -> None:
+    if key in stage:
+        stage[key] = _quoted(value)
+    else:
+        _append_keeping_trailing(stage, key, _quoted(value))
+
+
+def _write_rollback(
+    document: Any, rollback: Dict[str, str], *, promoted_on: str, versions_form: bool, written: Dict[str, str]
+) -> None:
+    """The rollback entry becomes the production versions just replaced (it builds on current_production)."""
+    name, existing = _find(document, ROLLBACK_NAMES)
+    fresh = CommentedMap()
+    for component, version in rollback.items():
+        fresh[written.get(component, component)] = _quoted(version)
+    fresh["status"] = _quoted("rollback-available")
+    fresh["notes"] = _quoted(f"Production until {promoted_on}; restore with stage=rollback.")
+    if existing is None:
+        document["rollback"] = fresh
+        return
+    _eol, following = _split_trailing(existing)
+    if isinstance(existing, CommentedMap) and existing.ca.comment:
+        fresh.ca.comment = existing.ca.comment
+    document[name] = fresh
+    _set_trailing(fresh, eol="", following=following)
+
+
+def promote_matrix_text(text: str, *, source: str, promoted_on: str, note: str = "") -> Promotion:
+    """The matrix file's text after promotion (stages, ConfigMap and ``versions`` forms)."""
+    outer = _load(text, source=source)
+    if isinstance(outer, CommentedMap) and outer.get("kind") == "ConfigMap":
+        data = outer.get("data")
+        if not isinstance(data, CommentedMap) or not isinstance(data.get(CONFIGMAP_DATA_KEY), str):
+            raise InvalidInputError(f"{source}: a ConfigMap matrix keeps its stages under data.{CONFIGMAP_DATA_KEY}")
+        inner = _load(str(data[CONFIGMAP_DATA_KEY]), source=f"{source} data.{CONFIGMAP_DATA_KEY}")
+        result = promote_document(inner, promoted_on=promoted_on, note=note, versions_form=False, source=source)
+        if result.changed:
+            data[CONFIGMAP_DATA_KEY] = LiteralScalarString(_dump(inner))
+        result.form = "configmap"
+    elif isinstance(outer, CommentedMap) and isinstance(outer.get("versions"), CommentedMap):
+        result = promote_document(
+            outer["versions"], promoted_on=promoted_on, note=note, versions_form=True, source=source
+        )
+        result.form = "versions"
+    else:
+        result = promote_document(outer, promoted_on=promoted_on, note=note, versions_form=False, source=source)
+        result.form = "stages"
+    result.text = _dump(outer) if result.changed else text
+    return result
+
+
+def write_text_atomically(path: str, text: str, *, mode: int = 0o644) -> None:
+    """Write through a temporary file in the same directory, then rename it over the target.
+
+    A reader (or a crash) sees the old file or the new one, never half of one:
+    a rename is atomic within one file system, which is why the temporary
+    file lives beside the target and not in /tmp. The target's mode is kept.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        if os.path.exists(path):
+            mode = os.stat(path).st_mode & 0o7777
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except OSError:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def promote_matrix_file(path: str, *, promoted_on: str, note: str = "", check_mode: bool = False) -> Promotion:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as err:
+        raise InvalidInputError(f"Cannot read the matrix file {path}: {err.strerror}") from err
+    result = promote_matrix_text(text, source=path, promoted_on=promoted_on, note=note)
+    if result.changed and not check_mode:
+        try:
+            write_text_atomically(path, result.text)
+        except OSError as err:
+            raise InvalidInputError(f"Cannot write the matrix file {path}: {err.strerror}") from err
+    return result
+
+
+# -- Git --------------------------------------------------------------------------------------------
+
+RunCommand = Callable[[List[str]], Tuple[int, str, str]]
+
+
+def stable_tag(promoted_on: str) -> str:
+    """``vYYYY-MM-stable`` for a promotion date ``YYYY-MM-DD``."""
+    return f"v{promoted_on[:7]}-stable"
+
+
+def git_commit_and_tag(
+    run: RunCommand,
+    *,
+    path: str,
+    message: str,
+    tag: str = "",
+    author_name: str = "gpufleet.upgrade",
+    author_email: str = "gpufleet-upgrade@localhost",
+) -> Dict[str, Any]:
+    """Commit the matrix file (only it) and tag the commit; an existing tag is left where it is and reported."""
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    identity = ["-c", f"user.name={author_name}", "-c", f"user.email={author_email}"]
+
+    def git(*arguments: str) -> str:
+        code, out, err = run(["git", "-C", directory, *identity, *arguments])
+        if code != 0:
+            raise GitError(f"git {' '.join(arguments)} failed: {(err or out).strip()}")
+        return out.strip()
+
+    git("rev-parse", "--show-toplevel")  # inside a work tree, or say so
+    # Pathspecs are relative to the directory git runs in (-C).
+    relative = os.path.basename(path)
+    git("add", "--", relative)
+    staged = run(["git", "-C", directory, "diff", "--cached", "--quiet", "--", relative])[0]
+    result: Dict[str, Any] = {"committed": False, "commit": "", "tag": "", "tag_existed": False}
+    if staged != 0:
+        git("commit", "--no-verify", "-m", message, "--", relative)
+        result["committed"] = True
+    result["commit"] = git("rev-parse", "HEAD")
+    if tag:
+        existing = git("tag", "--list", tag)
+        if existing:
+            result["tag_existed"] = True
+            result["tag"] = tag
+        else:
+            git("tag", "-a", tag, "-m", message)
+            result["tag"] = tag
+    return result

@@ -1,0 +1,403 @@
+#!/usr/bin/python
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: upgrade_ledger
+short_description: Decide what an upgrade stage may do, and record what it did
+version_added: 0.1.0
+description:
+  - The memory of the upgrade flow (C(playbooks/upgrade.yml)). The ledger lives in the cluster, in a ConfigMap
+    (one JSON entry per line under C(data.ledger.jsonl)), and in a JSON file; the two are merged when read.
+  - With O(action=plan) it reads the matrix, the ledger, the GPU nodes and the API server's clock, and decides what
+    the O(stage) may do, changing nothing. The change at hand is the one component group that differs between
+    C(current_production) and C(canary_testing) (the planner of M(gpufleet.upgrade.gpu_matrix_check)); a matrix that
+    changes several groups, breaks the upgrade order or violates a rule on those stages is refused, naming the
+    planner's steps. C(promote) is refused until O(bake_hours) have passed on the cluster's clock since the canary
+    passed, or when a bake check failed, unless O(force_reason) is given.
+  - With O(action=record) it completes an entry (id, cluster time, duration), appends it to the ConfigMap (replace
+    guarded by resourceVersion, retried on conflict) when O(record_in_cluster=true), to the JSON file, and writes the
+    run's Markdown report.
+  - With O(action=read) it returns the merged ledger.
+  - With O(action=sample) it picks O(sample_size) GPU nodes to validate after a fleet-wide change, spread over the
+    node names and preferring nodes with O(sample_free_gpus) free GPUs now (a rollout moves workloads around).
+author:
+  - gpufleet.upgrade maintainers (@gpufleet)
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+attributes:
+  check_mode:
+    support: full
+    description: O(action=record) writes nothing in check mode and returns the entry it would write.
+  diff_mode:
+    support: none
+    description: Entries are only ever appended.
+options:
+  action:
+    description: What to do.
+    type: str
+    choices: [plan, record, read, sample]
+    required: true
+  stage:
+    description: The stage to plan (O(action=plan)).
+    type: str
+    choices: [canary, bake, promote, rollback]
+  matrix_file:
+    description: The version matrix (any form M(gpufleet.upgrade.gpu_matrix_check) reads). Required for O(action=plan).
+    type: path
+  catalog:
+    description: User compatibility catalog merged over the shipped one (default C(catalog.yaml) beside the matrix).
+    type: path
+  namespace:
+    description:
+      - Namespace of the ledger ConfigMap. Empty means the namespace of the matrix in ConfigMap form, else
+        C(gpu-operator). O(action=plan) returns the namespace it chose.
+    type: str
+    default: ""
+  configmap_name:
+    description: Name of the ledger ConfigMap.
+    type: str
+    default: gpufleet-upgrade-ledger
+  ledger_file:
+    description: The JSON file copy of the ledger (every entry, refusals included). Empty for none.
+    type: path
+  bake_hours:
+    description: Hours the canary bakes (on the cluster's clock) before a promotion.
+    type: float
+    default: 48
+  force_reason:
+    description: Promote inside the bake window or after a failed bake check; the reason is recorded.
+    type: str
+    default: ""
+  canary_node:
+    description:
+      - The canary node. Empty means the matrix's C(canary_testing.canary_node), else the node already labelled,
+        else the first Ready, schedulable GPU node by name.
+    type: str
+    default: ""
+  canary_label:
+    description: Label key that marks the canary node (value C(true)).
+    type: str
+    default: gpu-canary
+  rollback_to:
+    description:
+      - What O(stage=rollback) undoes. C(auto) undoes the last change in the ledger that was not rolled back (a canary
+        returns its node to C(current_production); a promotion applies the C(rollback) entry to every node);
+        C(rollback) always applies the C(rollback) entry; C(current_production) returns the canary node to production.
+    type: str
+    choices: [auto, rollback, current_production]
+    default: auto
+  supported_groups:
+    description: Component groups the flow can upgrade; a change in another group is refused before any change.
+    type: list
+    elements: str
+    default: [gpu_operator]
+  gpu_node_selector:
+    description: Label selector of the GPU nodes.
+    type: str
+    default: nvidia.com/gpu.present=true
+  sample_size:
+    description: How many nodes a promotion (or a fleet-wide rollback) validates afterwards.
+    type: int
+    default: 2
+  sample_free_gpus:
+    description:
+      - Free GPUs a sampled node should have (the smoke tests ask for GPUs); nodes with fewer are sampled only when
+        too few have enough.
+    type: int
+    default: 2
+  exclude_nodes:
+    description: Nodes O(action=sample) leaves out.
+    type: list
+    elements: str
+    default: []
+  entry:
+    description: The entry to record (O(action=record)); the module adds C(id), C(recorded_at) and C(duration_seconds).
+    type: dict
+  record_in_cluster:
+    description: Append the entry to the ConfigMap too (runs that changed or checked the cluster); refusals are not.
+    type: bool
+    default: true
+  report_dir:
+    description: Directory for the Markdown report C(upgrade-<stage>-<time>.md). Empty for none.
+    type: path
+requirements:
+  - kubernetes >= 24.2.0
+  - PyYAML
+  - jsonschema
+seealso:
+  - name: The upgrade flow
+    description: docs/upgrade-flow.md in the collection.
+    link: https://example.invalid/gpufleet/upgrade/docs/upgrade-flow.md
+"""
+
+EXAMPLES = r"""
+- name: May the canary be promoted?
+  gpufleet.upgrade.upgrade_ledger:
+    action: plan
+    stage: promote
+    matrix_file: matrix/gpu-version-matrix.yaml
+    ledger_file: reports/upgrade-ledger.json
+  register: plan
+
+- name: Record a refusal (nothing changed, so only the file and the report)
+  gpufleet.upgrade.upgrade_ledger:
+    action: record
+    namespace: "{{ plan.namespace }}"
+    ledger_file: reports/upgrade-ledger.json
+    report_dir: reports
+    record_in_cluster: false
+    entry:
+      stage: promote
+      outcome: refused
+      decision: refuse
+      message: "{{ plan.decision.reason }}"
+      started_at: "{{ plan.started_at }}"
+
+- name: Read the ledger
+  gpufleet.upgrade.upgrade_ledger:
+    action: read
+    namespace: nvidia-gpu-operator
+  register: ledger
+"""
+
+RETURN = r"""
+decision:
+  description: What the stage may do (C(run), C(noop) or C(refuse)), why, and the bake status.
+  returned: action=plan
+  type: dict
+  sample: {action: refuse, reason: "Promotion refused: the canary has baked 3.1 h of the 48 h required ...", bake: {}}
+namespace:
+  description: The ledger's namespace (also where the gates run).
+  returned: action=plan
+  type: str
+  sample: nvidia-gpu-operator
+started_at:
+  description: The API server's time when the run was planned.
+  returned: action=plan
+  type: str
+  sample: "2026-11-22T17:37:01Z"
+group:
+  description: The component group that changes.
+  returned: action=plan
+  type: str
+  sample: gpu_operator
+campaign:
+  description: Id of the change (group and target versions); the ledger's entries of one change share it.
+  returned: action=plan
+  type: str
+  sample: gpu_operator-3f2a1c9b0d
+versions_before:
+  description: Effective versions before the stage.
+  returned: action=plan
+  type: dict
+versions_after:
+  description: Effective versions the stage moves to.
+  returned: action=plan
+  type: dict
+changes:
+  description: Components that change, with from and to.
+  returned: action=plan
+  type: list
+  elements: dict
+plan:
+  description: The planner's steps (as M(gpufleet.upgrade.gpu_matrix_check) returns them).
+  returned: action=plan
+  type: dict
+canary_node:
+  description: The canary node and, in RV(canary_node_source), why that node.
+  returned: action=plan
+  type: str
+  sample: gpu-worker-001
+canary_node_source:
+  description: Why that canary node (variable, matrix canary_node, ledger, label, or the naming rule).
+  returned: action=plan and a canary node was chosen
+  type: str
+  sample: matrix canary_node
+validate_nodes:
+  description: Nodes the stage validates afterwards.
+  returned: action=plan
+  type: list
+  elements: str
+baseline:
+  description: Error counters recorded when the canary passed (the bake compares with them).
+  returned: action=plan
+  type: dict
+entry:
+  description: The entry recorded, with its id and cluster time.
+  returned: action=record
+  type: dict
+report_path:
+  description: Where the Markdown report was written.
+  returned: action=record and report_dir is set
+  type: str
+  sample: reports/upgrade-canary-20261122T173701Z.md
+report:
+  description: The Markdown report.
+  returned: action=record
+  type: str
+sample_nodes:
+  description: The nodes chosen for validation.
+  returned: action=sample
+  type: list
+  elements: str
+  sample: [gpu-worker-002, gpu-worker-006]
+entries:
+  description: The merged ledger, oldest first.
+  returned: action=read
+  type: list
+  elements: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+    k8s_auth_argument_spec,
+    missing_libraries,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
+    LEDGER_CONFIGMAP,
+    RunRequest,
+    append_cluster_entry,
+    append_file_entry,
+    iso,
+    merge_entries,
+    new_entry_id,
+    parse_iso,
+    plan_run,
+    read_cluster_ledger,
+    read_file_ledger,
+    sample_nodes_now,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import render_report, report_file_name
+
+
+def argument_spec():
+    spec = k8s_auth_argument_spec()
+    spec.update(
+        action={"type": "str", "choices": ["plan", "record", "read", "sample"], "required": True},
+        stage={"type": "str", "choices": ["canary", "bake", "promote", "rollback"]},
+        matrix_file={"type": "path"},
+        catalog={"type": "path"},
+        namespace={"type": "str", "default": ""},
+        configmap_name={"type": "str", "default": LEDGER_CONFIGMAP},
+        ledger_file={"type": "path"},
+        bake_hours={"type": "float", "default": 48},
+        force_reason={"type": "str", "default": ""},
+        canary_node={"type": "str", "default": ""},
+        canary_label={"type": "str", "default": "gpu-canary"},
+        rollback_to={"type": "str", "choices": ["auto", "rollback", "current_production"], "default": "auto"},
+        supported_groups={"type": "list", "elements": "str", "default": ["gpu_operator"]},
+        gpu_node_selector={"type": "str", "default": "nvidia.com/gpu.present=true"},
+        sample_size={"type": "int", "default": 2},
+        sample_free_gpus={"type": "int", "default": 2},
+        exclude_nodes={"type": "list", "elements": "str", "default": []},
+        entry={"type": "dict"},
+        record_in_cluster={"type": "bool", "default": True},
+        report_dir={"type": "path"},
+    )
+    return spec
+
+
+def record(module, api):
+    params = module.params
+    entry = dict(params["entry"] or {})
+    now = api.server_time()
+    entry.setdefault("id", new_entry_id(str(entry.get("stage") or "run"), now))
+    entry["recorded_at"] = iso(now)
+    entry["cluster"] = api.host
+    started = entry.get("started_at")
+    if started:
+        entry["duration_seconds"] = round((now - parse_iso(started)).total_seconds(), 1)
+    namespace = params["namespace"] or "gpu-operator"
+    in_cluster = params["record_in_cluster"]
+    entry["ledger"] = {
+        "configmap": f"{namespace}/{params['configmap_name']}",
+        "in_cluster": in_cluster,
+        "file": params["ledger_file"] or "",
+    }
+    report = render_report(entry)
+    result = {"entry": entry, "report": report, "changed": False}
+    if params["report_dir"]:
+        result["report_path"] = os.path.join(
+            params["report_dir"], report_file_name(str(entry.get("stage")), entry["recorded_at"])
+        )
+    if module.check_mode:
+        return result
+    if in_cluster:
+        append_cluster_entry(api, entry, namespace=namespace, name=params["configmap_name"])
+        result["changed"] = True
+    if params["ledger_file"]:
+        append_file_entry(params["ledger_file"], entry)
+        result["changed"] = True
+    if params["report_dir"]:
+        write_text_atomically(result["report_path"], report)
+        result["changed"] = True
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        required_if=[("action", "plan", ("stage", "matrix_file")), ("action", "record", ("entry",))],
+        supports_check_mode=True,
+    )
+    for library, error in missing_libraries():
+        module.fail_json(msg=missing_required_lib(library), exception=error)
+    params = module.params
+    action = params["action"]
+    try:
+        api = KubeApi.from_params(params)
+        if action == "plan":
+            request = RunRequest(
+                stage=params["stage"],
+                matrix_path=params["matrix_file"],
+                catalog_path=params["catalog"],
+                namespace=params["namespace"],
+                configmap_name=params["configmap_name"],
+                ledger_file=params["ledger_file"] or "",
+                bake_hours=params["bake_hours"],
+                force_reason=params["force_reason"] or "",
+                canary_node=params["canary_node"] or "",
+                canary_label=params["canary_label"],
+                rollback_to=params["rollback_to"],
+                supported_groups=tuple(params["supported_groups"] or ()),
+                gpu_node_selector=params["gpu_node_selector"],
+                sample_size=params["sample_size"],
+                sample_free_gpus=params["sample_free_gpus"],
+            )
+            result = plan_run(request, api=api)
+            result["api_requests"] = api.requests_sent
+            module.exit_json(changed=False, **result)
+        if action == "record":
+            module.exit_json(**record(module, api))
+        if action == "sample":
+            chosen = sample_nodes_now(
+                api,
+                gpu_node_selector=params["gpu_node_selector"],
+                size=params["sample_size"],
+                needed=params["sample_free_gpus"],
+                exclude=params["exclude_nodes"],
+            )
+            module.exit_json(changed=False, sample_nodes=chosen)
+        entries = merge_entries(
+            read_cluster_ledger(api, namespace=params["namespace"] or "gpu-operator", name=params["configmap_name"]),
+            read_file_ledger(params["ledger_file"] or ""),
+        )
+    except GpuFleetError as err:
+        module.fail_json(msg=f"Failed to {action} the upgrade ledger: {err.msg}", **err.result)
+    except OSError as err:
+        module.fail_json(msg=f"Failed to {action} the upgrade ledger: {err}")
+    module.exit_json(changed=False, entries=entries)
+
+
+if __name__ == "__main__":
+    main()

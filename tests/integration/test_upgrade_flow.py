@@ -1,0 +1,295 @@
+"""playbooks/upgrade.yml against the twin: canary, bake, promote, rollback, refusals, re-runs.
+
+Every test runs the real playbook (ansible-playbook in a subprocess) against a
+twin over HTTPS and asserts what the cluster, the matrix file, the ledger
+(ConfigMap and file) and the report say afterwards. The twin's clock runs 600
+times faster than the wall clock and jumps with POST /admin/clock/advance, so a
+48 h bake takes no real time; the flow reads the time from the API server's
+Date header, which the twin takes from that clock.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from .conftest import ROOT, PlaybookRun, kubectl, run_playbook
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = ROOT / "examples" / "gpu-version-matrix.yaml"
+NAMESPACE = "nvidia-gpu-operator"
+CANARY = "gpu-worker-001"  # the example matrix's canary_node
+NEW_DRIVER = "570.124.06"
+OLD_DRIVER = "550.127.05"
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+
+
+@pytest.fixture
+def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
+    shutil.copy(EXAMPLE, tmp_path / "matrix.yaml")
+    return tmp_path
+
+
+def flow(twin, workspace: pathlib.Path, stage: str, **extra) -> PlaybookRun:
+    variables = {
+        "stage": stage,
+        "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+        "upgrade_report_dir": str(workspace / "reports"),
+        "upgrade_wait_timeout": 900,
+        # Simulated time runs 600 times faster: look at the cluster often.
+        "validate_wait_sleep": 0.5,
+        "gpu_operator_wait_sleep": 1,
+    }
+    variables.update(extra)
+    return run_playbook("playbooks/upgrade.yml", twin=twin, extra_vars=variables, timeout=600)
+
+
+def writes(twin) -> dict:
+    """Writes the twin served since its report was last reset, by verb and resource."""
+    served = twin.report()["requests"]["by_verb_resource"]
+    return {key: count for key, count in served.items() if key.split(" ", 1)[0] in WRITE_VERBS}
+
+
+def cluster_ledger(twin) -> list:
+    found = kubectl(twin, "get", "configmap", "-n", NAMESPACE, "gpufleet-upgrade-ledger", "-o", "json", check=False)
+    if not found:
+        return []
+    text = json.loads(found)["data"]["ledger.jsonl"]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def file_ledger(workspace: pathlib.Path) -> list:
+    return json.loads((workspace / "reports" / "upgrade-ledger.json").read_text())["entries"]
+
+
+def git(repo: pathlib.Path, *args: str) -> str:
+    completed = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return completed.stdout.strip()
+
+
+def node_labels(twin) -> dict:
+    nodes = json.loads(kubectl(twin, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"))["items"]
+    return {node["metadata"]["name"]: node["metadata"].get("labels", {}) for node in nodes}
+
+
+def drivers(twin) -> dict:
+    return {name: labels.get("nvidia.com/cuda.driver-version.full") for name, labels in node_labels(twin).items()}
+
+
+def last_report(workspace: pathlib.Path, stage: str) -> str:
+    reports = sorted((workspace / "reports").glob(f"upgrade-{stage}-*.md"))
+    assert reports, f"no {stage} report in {workspace / 'reports'}"
+    return reports[-1].read_text()
+
+
+def test_canary_bake_promote_and_reruns_change_nothing(fresh_twin, workspace):
+    twin = fresh_twin
+    before_matrix = (workspace / "matrix.yaml").read_text()
+
+    canary = flow(twin, workspace, "canary")
+    assert canary.returncode == 0, canary.output
+    assert "Stage canary: success" in canary.output
+    assert node_labels(twin)[CANARY].get("gpu-canary") == "true"
+    found = drivers(twin)
+    assert found[CANARY] == NEW_DRIVER
+    assert {driver for name, driver in found.items() if name != CANARY} == {OLD_DRIVER}
+    (entry,) = cluster_ledger(twin)
+    assert (entry["stage"], entry["outcome"], entry["canary_node"]) == ("canary", "success", CANARY)
+    assert entry["gates"][0]["passed"] is True
+    assert {gate["gate"] for gate in entry["gates"][0]["gates"]} == {
+        "smoke_training",
+        "smoke_inference",
+        "rdma",
+        "gpu_errors",
+        "dcgm_diag",
+    }
+    assert CANARY in entry["counters"]  # the bake's baseline
+    report = last_report(workspace, "canary")
+    assert report.startswith("# Canary succeeded: gpu_operator:")
+    assert "| gpu_driver | 550.127.05 | 570.124.06 | changed |" in report
+    # The gates cleaned up after themselves.
+    left = kubectl(twin, "get", "jobs,pods", "-A", "-l", "app.kubernetes.io/component=validation-gate", "-o", "name")
+    assert left.strip() == ""
+
+    # A second canary changes nothing: not a single write reaches the cluster.
+    twin.admin("POST", "report/reset")
+    again = flow(twin, workspace, "canary")
+    assert again.returncode == 0, again.output
+    assert "Stage canary: unchanged" in again.output
+    assert writes(twin) == {}
+
+    bake = flow(twin, workspace, "bake")
+    assert bake.returncode == 0, bake.output
+    assert [e["stage"] for e in cluster_ledger(twin)] == ["canary", "bake"]
+
+    # A bake check is meant to run again and again: it writes its gate Jobs and
+    # its ledger entry, nothing else (another writer's conflict is retried).
+    twin.admin("POST", "report/reset")
+    twin.admin("POST", "faults", {"type": "conflict", "verb": "update", "resource": "configmaps", "count": 2})
+    again = flow(twin, workspace, "bake")
+    assert again.returncode == 0, again.output
+    assert {key.split(" ", 1)[1] for key in writes(twin)} <= {"jobs.batch", "pods", "configmaps"}
+    assert [e["stage"] for e in cluster_ledger(twin)] == ["canary", "bake", "bake"]
+    assert twin.report()["requests"]["by_code"].get("409") == 2
+
+    # 49 hours later on the cluster's clock; the matrix lives in a Git checkout.
+    git(workspace, "init", "-q")
+    git(workspace, "add", "matrix.yaml")
+    git(workspace, "commit", "-q", "-m", "matrix")
+    twin.advance(49 * 3600)
+    promote = flow(twin, workspace, "promote", upgrade_git_commit=True)
+    assert promote.returncode == 0, promote.output
+    assert set(drivers(twin).values()) == {NEW_DRIVER}
+    assert "gpu-canary" not in node_labels(twin)[CANARY]
+    promoted = (workspace / "matrix.yaml").read_text()
+    header = [line for line in before_matrix.splitlines() if line.startswith("#")]
+    assert header == [line for line in promoted.splitlines() if line.startswith("#")]
+    assert '      gpu_driver: "570.124.06"\n' in promoted.split("canary_testing:")[0]
+    assert '      gpu_driver: "550.127.05"\n' in promoted.split("rollback:")[1]
+    entry = cluster_ledger(twin)[-1]
+    assert (entry["stage"], entry["outcome"], entry["forced"]) == ("promote", "success", False)
+    assert entry["matrix"]["changed"] is True
+    tag = entry["matrix"]["tag"]
+    assert tag == f"v{entry['recorded_at'][:7]}-stable"  # the cluster's month
+    assert git(workspace, "rev-parse", f"{tag}^{{commit}}") == git(workspace, "rev-parse", "HEAD")
+    assert git(workspace, "log", "-1", "--format=%s").startswith("Promote canary_testing to current_production")
+    assert git(workspace, "status", "--porcelain", "matrix.yaml") == ""
+    assert len(entry["gates"]) == 2  # the sampled nodes
+    assert "Promotion succeeded" in last_report(workspace, "promote")
+
+    twin.admin("POST", "report/reset")
+    again = flow(twin, workspace, "promote")
+    assert again.returncode == 0, again.output
+    assert "Stage promote: unchanged" in again.output
+    assert writes(twin) == {}
+    assert (workspace / "matrix.yaml").read_text() == promoted
+
+
+def test_promotion_inside_the_bake_window_is_accepted_with_a_recorded_reason(fresh_twin, workspace):
+    twin = fresh_twin
+    before_matrix = (workspace / "matrix.yaml").read_text()
+    assert flow(twin, workspace, "canary").returncode == 0
+
+    # Inside the bake window the promotion is refused, before any change.
+    twin.admin("POST", "report/reset")
+    early = flow(twin, workspace, "promote")
+    assert early.returncode != 0
+    assert "Promotion refused: the canary has baked" in early.output
+    assert "Set upgrade_force_reason to override" in early.output
+    assert writes(twin) == {}
+    assert (workspace / "matrix.yaml").read_text() == before_matrix
+    assert file_ledger(workspace)[-1]["outcome"] == "refused"
+    assert [e["stage"] for e in cluster_ledger(twin)] == ["canary"]
+
+    forced = flow(
+        twin, workspace, "promote", upgrade_force_reason="CVE fix must reach the fleet today", tower_job_id=4242
+    )
+    assert forced.returncode == 0, forced.output
+    entry = cluster_ledger(twin)[-1]
+    assert entry["actor"]["awx_job_id"] == "4242"
+    assert (entry["stage"], entry["forced"], entry["force_reason"]) == (
+        "promote",
+        True,
+        "CVE fix must reach the fleet today",
+    )
+    assert "| Forced | yes, reason: CVE fix must reach the fleet today |" in last_report(workspace, "promote")
+    assert "forced: CVE fix must reach the fleet today" in (workspace / "matrix.yaml").read_text()
+
+
+def test_failed_gate_on_the_canary_then_rollback(fresh_twin, workspace):
+    twin = fresh_twin
+    twin.admin("POST", "faults", {"type": "ib_port_down", "node": CANARY, "device": "mlx5_3"})
+    canary = flow(twin, workspace, "canary")
+    assert canary.returncode != 0
+    assert f"Validation gates failed on canary node {CANARY}: rdma: mlx5_3/1 is Down/Disabled" in canary.output
+    entry = cluster_ledger(twin)[-1]
+    assert (entry["stage"], entry["outcome"]) == ("canary", "failed")
+    rdma = next(g for g in entry["gates"][0]["gates"] if g["gate"] == "rdma")
+    assert rdma["passed"] is False
+    report = last_report(workspace, "canary")
+    assert "## What failed and why" in report and "Evidence, rdma on gpu-worker-001" in report
+    assert "State: Down" in report  # the raw ibstat excerpt
+
+    # No new canary of a failed change: roll back first.
+    blocked = flow(twin, workspace, "canary")
+    assert blocked.returncode != 0 and "Run stage=rollback first" in blocked.output
+
+    rollback = flow(twin, workspace, "rollback")
+    # The software is back to known-good, but the port is still down: the node itself is faulty.
+    assert rollback.returncode != 0
+    assert "still fails its gates, so the node itself is faulty" in rollback.output
+    assert drivers(twin)[CANARY] == OLD_DRIVER
+    assert "gpu-canary" not in node_labels(twin)[CANARY]
+    entry = cluster_ledger(twin)[-1]
+    assert (entry["stage"], entry["rolled_back"], entry["rollback_target"]) == ("rollback", True, "current_production")
+
+    twin.admin("POST", "report/reset")
+    again = flow(twin, workspace, "rollback")
+    assert again.returncode == 0, again.output
+    assert "Nothing to roll back" in again.output
+    assert writes(twin) == {}
+
+
+def test_bake_failure_rolls_the_canary_back_when_asked(fresh_twin, workspace):
+    twin = fresh_twin
+    assert flow(twin, workspace, "canary").returncode == 0
+    twin.admin("POST", "faults", {"type": "ecc_errors", "node": CANARY, "uncorrected": 3, "xid": [48]})
+    bake = flow(twin, workspace, "bake", upgrade_rollback_on_bake_failure=True, upgrade_bake_gates=["gpu_errors"])
+    assert bake.returncode != 0
+    assert "uncorrected ECC errors grew by 3" in bake.output
+    assert "the canary was rolled back to current_production" in bake.output
+    assert drivers(twin)[CANARY] == OLD_DRIVER
+    entry = cluster_ledger(twin)[-1]
+    assert (entry["stage"], entry["outcome"], entry["rolled_back"]) == ("bake", "failed", True)
+    promote = flow(twin, workspace, "promote", upgrade_force_reason="try anyway")
+    assert promote.returncode != 0 and "No canary of this change has passed" in promote.output
+
+
+def two_group_matrix(workspace: pathlib.Path) -> None:
+    text = (workspace / "matrix.yaml").read_text()
+    text = text.replace(
+        '      container_toolkit: "v1.17.5"\n',
+        '      container_toolkit: "v1.17.5"\n      network_operator: "v24.10.0"\n      mofed: "24.10-1.0.0.0"\n',
+    )
+    (workspace / "matrix.yaml").write_text(text)
+
+
+def test_a_matrix_changing_two_groups_is_refused_before_any_change(shared_twin, workspace):
+    two_group_matrix(workspace)
+    shared_twin.admin("POST", "report/reset")
+    run = flow(shared_twin, workspace, "canary")
+    assert run.returncode != 0
+    assert "canary_testing changes 2 component groups at once (gpu_operator, network_operator)" in run.output
+    assert "1. GPU Operator: gpu_operator v24.9.0 -> v25.3.0" in run.output
+    assert (
+        "2. Network Operator: network_operator v24.7.0 -> v24.10.0, mofed 24.07-0.6.1.0 -> 24.10-1.0.0.0" in run.output
+    )
+    assert writes(shared_twin) == {}
+    assert cluster_ledger(shared_twin) == []
+    (entry,) = file_ledger(workspace)
+    assert (entry["outcome"], entry["cluster_changed"]) == ("refused", False)
+    assert last_report(workspace, "canary").startswith("# Canary refused (nothing was changed)")
+
+
+def test_a_group_without_a_role_is_refused_naming_it(shared_twin, workspace):
+    text = (workspace / "matrix.yaml").read_text()
+    start = text.index("    canary_testing:")
+    end = text.index("    rollback:")
+    canary = '    canary_testing:\n      network_operator: "v24.10.0"\n      mofed: "24.10-1.0.0.0"\n\n'
+    (workspace / "matrix.yaml").write_text(text[:start] + canary + text[end:])
+    shared_twin.admin("POST", "report/reset")
+    run = flow(shared_twin, workspace, "canary")
+    assert run.returncode != 0
+    assert "component group 'network_operator', which this flow cannot upgrade yet" in run.output
+    assert writes(shared_twin) == {}

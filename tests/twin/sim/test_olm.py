@@ -1,0 +1,188 @@
+"""The twin's OLM model (sim/olm.py): Subscription channel -> InstallPlan -> approval -> new CSV and operator image.
+
+In-process against the store with the core controllers and the GPU Operator
+simulation (which attaches OLM on the openshift profile), on a fast clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gpufleet_twin import crd_schema
+from gpufleet_twin.clock import SimClock
+from gpufleet_twin.cluster import Twin
+from gpufleet_twin.registry import Registry, ResourceType
+from gpufleet_twin.server import install_api_machinery
+from gpufleet_twin.sim import gpu_operator as gop
+from gpufleet_twin.sim import olm
+from gpufleet_twin.sim.build import install_core
+from gpufleet_twin.sim.kinds import Kinds
+from gpufleet_twin.sim.seed import SeedSpec, seed_cluster
+from gpufleet_twin.sim.state import SimState
+from gpufleet_twin.store import Store
+
+Obj = dict[str, Any]
+NAMESPACE = "nvidia-gpu-operator"
+OWN_CRDS = pathlib.Path(__file__).resolve().parents[3] / "twin" / "src" / "gpufleet_twin" / "crds"
+
+
+def make_twin(profile: str = "openshift") -> tuple[Twin, Kinds]:
+    clock = SimClock(time_scale=2000.0, start=1_760_000_000.0)
+    registry = Registry()
+    twin = Twin(registry=registry, store=Store(registry, clock), clock=clock)
+    install_api_machinery(twin)
+    crd_type = registry.get("apiextensions.k8s.io", "customresourcedefinitions")
+    assert crd_type is not None
+    for path in sorted(OWN_CRDS.glob("*.yaml")):
+        for crd in crd_schema.crds_from_yaml(path.read_text()):
+            twin.store.create(crd_type, crd)
+    sim = SimState(clock=clock, profile=profile, started_at=clock.now())
+    seed_cluster(twin, sim, SeedSpec(nodes=2, profile=profile, workloads=False))
+    install_core(twin, sim)
+    gop.install(twin)
+    return twin, Kinds.from_registry(registry)
+
+
+def kind(twin: Twin, plural: str) -> ResourceType:
+    rtype = twin.registry.get(olm.GROUP, plural)
+    assert rtype is not None, plural
+    return rtype
+
+
+def run(twin: Twin, scenario: Callable[[], Awaitable[None]]) -> None:
+    async def main() -> None:
+        twin.start_controllers()
+        try:
+            await scenario()
+        finally:
+            await twin.stop_controllers()
+
+    asyncio.run(main())
+
+
+async def until(check: Callable[[], bool], *, what: str, real_seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + real_seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def subscription(twin: Twin) -> Obj:
+    return twin.store.get(kind(twin, "subscriptions"), NAMESPACE, olm.PACKAGE)
+
+
+def set_channel(twin: Twin, channel: str) -> None:
+    def change(sub: Obj) -> None:
+        sub["spec"]["channel"] = channel
+
+    twin.store.mutate(kind(twin, "subscriptions"), NAMESPACE, olm.PACKAGE, change)
+
+
+def operator_image(twin: Twin, kinds: Kinds) -> str:
+    deployment = twin.store.get(kinds.deployment, NAMESPACE, "gpu-operator")
+    return deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_openshift_seeds_a_subscription_at_the_installed_csv() -> None:
+    twin, _kinds = make_twin()
+    sub = subscription(twin)
+    assert sub["spec"]["channel"] == "v24.9"
+    assert sub["spec"]["installPlanApproval"] == "Manual"
+    assert sub["status"]["installedCSV"] == "gpu-operator-certified.v24.9.0"
+    assert sub["status"]["state"] == "AtLatestKnown"
+    assert twin.published["olm"]["channels"]["v25.3"] == ["25.3.0"]
+
+
+def test_kubernetes_profile_has_no_olm() -> None:
+    twin, _kinds = make_twin("kubernetes")
+    assert twin.registry.get(olm.GROUP, "subscriptions") is None
+    assert "olm" not in twin.published
+
+
+def test_channel_change_waits_for_approval_then_installs_the_new_csv() -> None:
+    twin, kinds = make_twin()
+    plans, csvs = kind(twin, "installplans"), kind(twin, "clusterserviceversions")
+
+    async def scenario() -> None:
+        set_channel(twin, "v25.3")
+        await until(lambda: subscription(twin)["status"].get("state") == "UpgradePending", what="UpgradePending")
+        sub_status = subscription(twin)["status"]
+        assert sub_status["currentCSV"] == "gpu-operator-certified.v25.3.0"
+        plan = twin.store.get(plans, NAMESPACE, sub_status["installPlanRef"]["name"])
+        assert plan["spec"]["clusterServiceVersionNames"] == ["gpu-operator-certified.v25.3.0"]
+        assert plan["spec"]["approved"] is False
+        assert plan["status"]["phase"] == "RequiresApproval"
+        # Manual approval: nothing changes however long it waits.
+        twin.clock.advance(600)
+        await asyncio.sleep(0.05)
+        assert operator_image(twin, kinds).endswith(":v24.9.0")
+
+        def approve(obj: Obj) -> None:
+            obj["spec"]["approved"] = True
+
+        twin.store.mutate(plans, NAMESPACE, plan["metadata"]["name"], approve)
+
+        def installed() -> bool:
+            csv = twin.store.try_get(csvs, NAMESPACE, "gpu-operator-certified.v25.3.0")
+            return csv is not None and (csv.get("status") or {}).get("phase") == "Succeeded"
+
+        await until(installed, what="the new CSV to succeed")
+        plan = twin.store.get(plans, NAMESPACE, plan["metadata"]["name"])
+        assert plan["status"]["phase"] == "Complete"
+
+    run(twin, scenario)
+    sub_status = subscription(twin)["status"]
+    assert (sub_status["installedCSV"], sub_status["state"]) == ("gpu-operator-certified.v25.3.0", "AtLatestKnown")
+    assert twin.store.try_get(csvs, NAMESPACE, "gpu-operator-certified.v24.9.0") is None
+    new_csv = twin.store.get(csvs, NAMESPACE, "gpu-operator-certified.v25.3.0")
+    assert (new_csv["spec"]["version"], new_csv["spec"]["replaces"]) == ("25.3.0", "gpu-operator-certified.v24.9.0")
+    assert operator_image(twin, kinds) == "nvcr.io/nvidia/gpu-operator:v25.3.0"
+    deployment = twin.store.get(kinds.deployment, NAMESPACE, "gpu-operator")
+    assert deployment["status"]["updatedReplicas"] == deployment["status"]["availableReplicas"] == 1
+
+
+@pytest.mark.parametrize(
+    ("channel", "words"), [("v99.1", "no operators found in channel v99.1"), ("v24.6", "does not downgrade")]
+)
+def test_unknown_channel_or_downgrade_fails_resolution_without_a_plan(channel: str, words: str) -> None:
+    twin, kinds = make_twin()
+
+    async def scenario() -> None:
+        set_channel(twin, channel)
+
+        def failed() -> bool:
+            conditions = subscription(twin)["status"].get("conditions") or []
+            return any(c["type"] == "ResolutionFailed" and c["status"] == "True" for c in conditions)
+
+        await until(failed, what="ResolutionFailed")
+
+    run(twin, scenario)
+    condition = subscription(twin)["status"]["conditions"][0]
+    assert words in condition["message"]
+    assert twin.store.list(kind(twin, "installplans"), NAMESPACE) == []
+    assert operator_image(twin, kinds).endswith(":v24.9.0")
+
+
+def test_automatic_approval_installs_the_channel_head() -> None:
+    twin, kinds = make_twin()
+
+    async def scenario() -> None:
+        def automatic(sub: Obj) -> None:
+            sub["spec"]["installPlanApproval"] = "Automatic"
+            sub["spec"]["channel"] = "v25.10"
+
+        twin.store.mutate(kind(twin, "subscriptions"), NAMESPACE, olm.PACKAGE, automatic)
+        await until(
+            lambda: subscription(twin)["status"].get("installedCSV") == "gpu-operator-certified.v25.10.1",
+            what="the head of v25.10 installed",
+        )
+
+    run(twin, scenario)
+    assert operator_image(twin, kinds) == "nvcr.io/nvidia/gpu-operator:v25.10.1"

@@ -1,0 +1,175 @@
+"""The Markdown report of one run: readable in a minute, from the ledger entry alone."""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import (
+    duration_text,
+    failures,
+    next_step,
+    render_report,
+    report_file_name,
+)
+
+CHANGES = [
+    {"component": "gpu_operator", "from": "v24.9.0", "to": "v25.3.0"},
+    {"component": "gpu_driver", "from": "550.127.05", "to": "570.124.06"},
+]
+
+
+def canary_entry(**extra) -> dict:
+    entry = {
+        "id": "canary-20261122T080459Z-ccd2",
+        "stage": "canary",
+        "outcome": "success",
+        "decision": "run",
+        "message": "Canary gpu-worker-001 upgraded and validated; the 48 h bake starts now.",
+        "started_at": "2026-11-22T07:28:08Z",
+        "recorded_at": "2026-11-22T08:04:59Z",
+        "duration_seconds": 2211,
+        "actor": {"user": "alice", "awx_job_id": "4242", "awx_job_template": "GPU canary", "controller": "awx-ee-1"},
+        "campaign": "gpu_operator-6412afe880",
+        "group": "gpu_operator",
+        "changes": CHANGES,
+        "versions_before": {"gpu_operator": "v24.9.0", "gpu_driver": "550.127.05", "openshift": "4.16.23"},
+        "versions_after": {"gpu_operator": "v25.3.0", "gpu_driver": "570.124.06", "openshift": "4.16.23"},
+        "canary_node": "gpu-worker-001",
+        "bake": {"required_hours": 48},
+        "gates": [
+            {
+                "node": "gpu-worker-001",
+                "passed": True,
+                "gates": [
+                    {
+                        "gate": "rdma",
+                        "node": "gpu-worker-001",
+                        "passed": True,
+                        "reason": "8 ports Active/LinkUp",
+                        "elapsed": 12.2,
+                    },
+                ],
+            }
+        ],
+        "nodes": {
+            "gpu-worker-001": [
+                {"state": "upgrade-required", "entered_at": "2026-11-22T07:30:00Z", "observed_at": None},
+                {"state": "upgrade-done", "at": "2026-11-22T07:55:00Z"},
+            ]
+        },
+        "capacity": [{"allocatable_gpus": 48, "at": "t1"}, {"allocatable_gpus": 40, "at": "t2"}],
+        "ledger": {
+            "configmap": "nvidia-gpu-operator/gpufleet-upgrade-ledger",
+            "in_cluster": True,
+            "file": "reports/upgrade-ledger.json",
+        },
+    }
+    entry.update(extra)
+    return entry
+
+
+def test_successful_canary_says_what_where_when_and_what_next() -> None:
+    text = render_report(canary_entry())
+    lines = text.splitlines()
+    assert lines[0] == (
+        "# Canary succeeded: gpu_operator: gpu_operator v24.9.0 -> v25.3.0, gpu_driver 550.127.05 -> 570.124.06"
+    )
+    assert "| When | 2026-11-22T07:28:08Z to 2026-11-22T08:04:59Z (cluster time), took 36 min 51 s |" in text
+    assert "| Who | alice (AWX job 4242, GPU canary) on awx-ee-1 |" in text
+    assert "| Where | canary node gpu-worker-001 |" in text
+    assert "bake until 2026-11-24T08:04:59Z (cluster time)" in text
+    assert "## What failed and why" not in text
+    assert "| gpu-worker-001 | rdma | pass | 8 ports Active/LinkUp | 12 s |" in text
+    assert "| gpu-worker-001 | upgrade-required | 2026-11-22T07:30:00Z |  |" in text
+    assert "| gpu-worker-001 | upgrade-done | 2026-11-22T07:55:00Z |  |" in text
+    assert "| Capacity | 40 to 48 allocatable GPUs during the rollout (2 samples) |" in text
+    assert "| gpu_driver | 550.127.05 | 570.124.06 | changed |" in text
+    assert "| openshift | 4.16.23 | 4.16.23 |  |" in text
+    assert "- cluster: ConfigMap nvidia-gpu-operator/gpufleet-upgrade-ledger, recorded" in text
+
+
+def test_failed_gate_is_explained_with_its_evidence_first() -> None:
+    gates = [
+        {
+            "node": "gpu-worker-001",
+            "passed": False,
+            "gates": [
+                {
+                    "gate": "rdma",
+                    "node": "gpu-worker-001",
+                    "passed": False,
+                    "reason": "mlx5_2/1 is Down/Disabled",
+                    "evidence": "--- ibstat ---\nCA 'mlx5_2'\n\tPort 1:\n\t\tState: Down",
+                    "elapsed": 4,
+                },
+                {"gate": "dcgm_diag", "node": "gpu-worker-001", "passed": True, "reason": "11 tests passed"},
+            ],
+        }
+    ]
+    entry = canary_entry(
+        outcome="failed",
+        message="Validation gates failed on canary node gpu-worker-001: rdma: mlx5_2/1 is Down/Disabled",
+        gates=gates,
+        failures=[{"node": "gpu-worker-003", "reason": "driver pod CrashLoopBackOff"}],
+    )
+    text = render_report(entry)
+    assert text.startswith("# Canary FAILED:")
+    section = text.split("## What failed and why")[1].split("##")[0]
+    assert "- Validation gates failed on canary node gpu-worker-001" in section
+    assert "- gate rdma on gpu-worker-001: mlx5_2/1 is Down/Disabled" in section
+    assert "- gpu-worker-003: driver pod CrashLoopBackOff" in section
+    assert "| gpu-worker-001 | rdma | FAIL | mlx5_2/1 is Down/Disabled | 4 s |" in text
+    assert "Evidence, rdma on gpu-worker-001:\n\n```\n--- ibstat ---" in text
+    assert "run stage=rollback" in text
+
+
+def test_refusal_says_nothing_changed_and_the_cluster_copy_was_not_written() -> None:
+    entry = canary_entry(
+        stage="promote",
+        outcome="refused",
+        decision="refuse",
+        message="Promotion refused: the canary has baked 3.1 h of the 48 h required",
+        gates=[],
+        nodes={},
+        ledger={"configmap": "ns/gpufleet-upgrade-ledger", "in_cluster": False, "file": "f.json"},
+    )
+    text = render_report(entry)
+    assert text.startswith("# Promotion refused (nothing was changed):")
+    assert "- Promotion refused: the canary has baked 3.1 h" in text
+    assert "not recorded (nothing on the cluster changed)" in text
+    assert "## Validation gates" not in text
+
+
+def test_forced_promotion_and_matrix_commit_are_shown() -> None:
+    entry = canary_entry(
+        stage="promote",
+        forced=True,
+        force_reason="security fix",
+        validate_nodes=["gpu-worker-002", "gpu-worker-004"],
+        matrix={
+            "file": "m.yaml",
+            "changed": True,
+            "message": "promoted gpu_operator",
+            "commit": "0123456789abcdef0",
+            "tag": "v2026-11-stable",
+            "tag_existed": True,
+        },
+        nodes=[{"node": "gpu-worker-002", "state": "upgrade-done", "at": "t", "reason": "ok"}],
+    )
+    text = render_report(entry)
+    assert "| Forced | yes, reason: security fix |" in text
+    assert "| Where | every GPU node, validated on gpu-worker-002, gpu-worker-004 |" in text
+    assert "commit 0123456789ab, tag v2026-11-stable (already existed, left in place)" in text
+    assert "| gpu-worker-002 | upgrade-done | t | ok |" in text
+
+
+def test_helpers() -> None:
+    assert report_file_name("bake", "2026-11-22T08:04:59Z") == "upgrade-bake-20261122T080459Z.md"
+    assert duration_text(3725) == "1 h 2 min"
+    assert duration_text(None) == "unknown"
+    assert failures({"outcome": "success", "message": "fine"}) == []
+    assert next_step({"stage": "bake", "outcome": "success", "bake": {"remaining_hours": 0}}) == (
+        "The bake window is over: run stage=promote."
+    )
+    assert "take it out of service" in next_step({"stage": "rollback", "outcome": "failed", "rolled_back": True})
+    assert next_step({"stage": "bake", "outcome": "failed", "rolled_back": True}).startswith(
+        "The canary was rolled back"
+    )

@@ -1,0 +1,561 @@
+"""The smallest faithful Operator Lifecycle Manager for the GPU Operator on the openshift profile.
+
+What a GPU Operator upgrade on OpenShift goes through (operator-framework/api
+``operators/v1alpha1`` types, OLM's catalog and OLM operators):
+
+- a ``Subscription`` (``operators.coreos.com/v1alpha1``) names the package,
+  the catalog and a ``channel``; NVIDIA publishes one channel per release line
+  (``v24.9``, ``v25.3``...) plus ``stable``;
+- when the channel's head is not the installed CSV, OLM creates an
+  ``InstallPlan`` for it (``spec.clusterServiceVersionNames``) and the
+  Subscription goes ``UpgradePending`` with ``status.installPlanRef``; with
+  ``installPlanApproval: Manual`` the plan waits in ``RequiresApproval`` until
+  somebody sets ``spec.approved: true``;
+- an approved plan goes ``Installing``: the bundle's CRDs are applied first,
+  then the new CSV is created (it ``replaces`` the old one, which goes
+  ``Replacing`` and is deleted) and its Deployment rolls the operator image;
+  the plan goes ``Complete``, the Subscription ``AtLatestKnown`` with the new
+  ``installedCSV``; the CSV is ``Succeeded`` once its Deployment is available;
+- OLM never downgrades: a channel whose head is older than the installed CSV
+  fails resolution (condition ``ResolutionFailed``).
+
+The catalog is a fixed snapshot (``CATALOG``) in which the channels end at
+the versions the project's example matrix uses (``v24.9`` at 24.9.0, ``v25.3``
+at 25.3.0); the twin's Subscription starts on ``v24.9`` with Manual approval.
+Only the InstallPlan the Subscription references installs (approving a plan
+a later channel change superseded does nothing, as in OLM).
+
+Left out: CatalogSources as objects, OperatorGroups, dependency resolution,
+skipRange/replaces graphs (a plan goes straight to the channel head), bundle
+unpacking jobs, and the bundle's CRD contents (the CRDs the twin serves stay
+as they are; the plan lists the step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..registry import ResourceType
+from ..store import WatchEvent
+from . import podutil
+from .kinds import Kinds
+from .wake import Waker
+
+if TYPE_CHECKING:
+    from ..cluster import Twin
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+GROUP = "operators.coreos.com"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+PACKAGE = "gpu-operator-certified"
+CATALOG_SOURCE = "certified-operators"
+CATALOG_NAMESPACE = "openshift-marketplace"
+OLM_COMPONENT = "operator-lifecycle-manager"
+# Channel -> versions in upgrade order (the last one is the head OLM installs).
+CATALOG: dict[str, tuple[str, ...]] = {
+    "v24.6": ("24.6.0", "24.6.1", "24.6.2"),
+    "v24.9": ("24.9.0",),
+    "v25.3": ("25.3.0",),
+    "v25.10": ("25.10.0", "25.10.1"),
+    "v26.3": ("26.3.0",),
+    "stable": ("24.9.0", "25.3.0", "25.10.1", "26.3.0"),
+}
+# Simulated seconds an approved plan takes to unpack the bundle and apply its steps.
+INSTALL_SECONDS = 30.0
+
+
+def csv_name(version: str) -> str:
+    return f"{PACKAGE}.v{version}"
+
+
+def version_of_csv(name: str) -> str:
+    return name.rsplit(".v", 1)[-1] if ".v" in name else ""
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+
+
+def _schemaless_crd(*, kind: str, plural: str, short_names: list[str], columns: list[Obj]) -> Obj:
+    """A CRD as OLM ships it for our purpose: spec and status kept whole (OLM's own CRDs are much larger)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"gpufleet.io/twin-minimal-crd": "true"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
+                "categories": ["olm"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+SUBSCRIPTION_CRD = _schemaless_crd(
+    kind="Subscription",
+    plural="subscriptions",
+    short_names=["sub", "subs"],
+    columns=[
+        {"name": "Package", "type": "string", "jsonPath": ".spec.name"},
+        {"name": "Source", "type": "string", "jsonPath": ".spec.source"},
+        {"name": "Channel", "type": "string", "jsonPath": ".spec.channel"},
+    ],
+)
+INSTALLPLAN_CRD = _schemaless_crd(
+    kind="InstallPlan",
+    plural="installplans",
+    short_names=["ip"],
+    columns=[
+        {"name": "CSV", "type": "string", "jsonPath": ".spec.clusterServiceVersionNames[0]"},
+        {"name": "Approval", "type": "string", "jsonPath": ".spec.approval"},
+        {"name": "Approved", "type": "boolean", "jsonPath": ".spec.approved"},
+    ],
+)
+
+
+@dataclass
+class _Kinds:
+    subscription: ResourceType
+    installplan: ResourceType
+    csv: ResourceType
+
+
+class Olm:
+    """OLM's catalog and OLM operators for one package, as one simulated controller."""
+
+    name = "olm"
+
+    def __init__(self, twin: Twin, *, namespace: str, deployment: str, installed_version: str) -> None:
+        self.twin = twin
+        self.store = twin.store
+        self.kinds = Kinds.from_registry(twin.registry)
+        self.namespace = namespace
+        self.deployment = deployment
+        self.installed_version = installed_version
+        self._installing: dict[str, float] = {}  # InstallPlan name -> when its install finishes
+        self.olm: _Kinds | None = None
+
+    # -- wiring -------------------------------------------------------------------------------------------
+    def install(self) -> None:
+        crd_type = self.twin.registry.get("apiextensions.k8s.io", "customresourcedefinitions")
+        csv_type = self.twin.registry.get(GROUP, "clusterserviceversions")
+        if crd_type is None or csv_type is None:
+            log.warning("OLM not simulated: no CRD or ClusterServiceVersion kind registered")
+            return
+        for crd in (SUBSCRIPTION_CRD, INSTALLPLAN_CRD):
+            if self.store.try_get(crd_type, None, crd["metadata"]["name"]) is None:
+                self.store.create(crd_type, crd)
+        subscription = self.twin.registry.get(GROUP, "subscriptions")
+        installplan = self.twin.registry.get(GROUP, "installplans")
+        assert subscription is not None and installplan is not None, "CRDs register their kinds when created"
+        self.olm = _Kinds(subscription=subscription, installplan=installplan, csv=csv_type)
+        self.seed()
+        self.twin.controllers.append(self)
+        self.twin.published["olm"] = {
+            "subscription": PACKAGE,
+            "namespace": self.namespace,
+            "channels": {channel: list(versions) for channel, versions in CATALOG.items()},
+        }
+
+    def seed(self) -> None:
+        assert self.olm is not None
+        if self.store.try_get(self.olm.subscription, self.namespace, PACKAGE) is not None:
+            return
+        installed = csv_name(self.installed_version)
+        channel = next(
+            (c for c, versions in CATALOG.items() if c != "stable" and self.installed_version in versions), "stable"
+        )
+        created = self.store.create(
+            self.olm.subscription,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Subscription",
+                "metadata": {
+                    "name": PACKAGE,
+                    "namespace": self.namespace,
+                    "labels": {f"operators.coreos.com/{PACKAGE}.{self.namespace}": ""},
+                },
+                "spec": {
+                    "channel": channel,
+                    "installPlanApproval": "Manual",
+                    "name": PACKAGE,
+                    "source": CATALOG_SOURCE,
+                    "sourceNamespace": CATALOG_NAMESPACE,
+                    "startingCSV": installed,
+                },
+            },
+        )
+        self._write_status(
+            self.olm.subscription,
+            created,
+            {"currentCSV": installed, "installedCSV": installed, "state": "AtLatestKnown", **self._stamp()},
+        )
+
+    # -- the controller -----------------------------------------------------------------------------------
+    async def run(self, twin: Twin) -> None:
+        assert self.olm is not None
+        keys = (self.olm.subscription.key, self.olm.installplan.key, self.olm.csv.key, self.kinds.deployment.key)
+        waker = Waker(self.store, twin.clock, resources=keys, on_event=self._relevant)
+        while True:
+            try:
+                self.reconcile_once()
+            except errors.ApiError as exc:  # a write lost a race: the next pass retries it
+                log.debug("olm reconcile: %s", exc)
+            now = twin.clock.now()
+            wait = min((at - now for at in self._installing.values()), default=None)
+            await waker.wait(None if wait is None else max(wait, 0.0))
+            await asyncio.sleep(0)
+
+    def _relevant(self, event: WatchEvent) -> bool:
+        meta = event.obj.get("metadata") or {}
+        return meta.get("namespace") == self.namespace
+
+    def reconcile_once(self) -> None:
+        assert self.olm is not None
+        for subscription in self.store.list(self.olm.subscription, self.namespace):
+            if (subscription.get("spec") or {}).get("name") == PACKAGE:
+                self.reconcile_subscription(subscription)
+        for plan in self.store.list(self.olm.installplan, self.namespace):
+            self.reconcile_installplan(plan)
+        self.reconcile_csvs()
+
+    def reconcile_subscription(self, subscription: Obj) -> None:
+        assert self.olm is not None
+        spec = subscription.get("spec") or {}
+        status = dict(subscription.get("status") or {})
+        installed = str(status.get("installedCSV") or "")
+        channel = str(spec.get("channel") or "stable")
+        versions = CATALOG.get(channel)
+        if not versions:
+            self._resolution_failed(
+                subscription,
+                f"no operators found in channel {channel} of package {PACKAGE} in the catalog "
+                f"referenced by subscription {PACKAGE}",
+            )
+            return
+        head = csv_name(versions[-1])
+        if head == installed:
+            self._write_status(
+                self.olm.subscription,
+                subscription,
+                {**_without(status, "conditions"), "currentCSV": head, "state": "AtLatestKnown", **self._stamp()},
+            )
+            return
+        if installed and version_key(versions[-1]) < version_key(version_of_csv(installed)):
+            self._resolution_failed(
+                subscription,
+                f"constraints not satisfiable: {head} of channel {channel} is older than the installed {installed}; "
+                "OLM does not downgrade operators",
+            )
+            return
+        plan = self._plan_for(head)
+        if plan is None:
+            approval = str(spec.get("installPlanApproval") or "Automatic")
+            plan = self.store.create(
+                self.olm.installplan,
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "InstallPlan",
+                    "metadata": {
+                        "name": "install-" + hashlib.sha256(f"{self.namespace}/{head}".encode()).hexdigest()[:5],
+                        "namespace": self.namespace,
+                        "ownerReferences": [podutil.owner_reference(subscription, block_owner_deletion=False)],
+                        "labels": {f"operators.coreos.com/{PACKAGE}.{self.namespace}": ""},
+                    },
+                    "spec": {
+                        "approval": approval,
+                        "approved": approval == "Automatic",
+                        "clusterServiceVersionNames": [head],
+                        "generation": int(status.get("installPlanGeneration") or 0) + 1,
+                    },
+                },
+            )
+            self._write_status(
+                self.olm.installplan,
+                plan,
+                {
+                    "phase": "RequiresApproval" if approval == "Manual" else "Installing",
+                    "catalogSources": [CATALOG_SOURCE],
+                    "bundleLookups": [
+                        {
+                            "path": f"registry.connect.redhat.com/nvidia/gpu-operator-bundle:v{versions[-1]}",
+                            "identifier": head,
+                            "catalogSourceRef": {"name": CATALOG_SOURCE, "namespace": CATALOG_NAMESPACE},
+                        }
+                    ],
+                    "plan": [
+                        {
+                            "resolving": head,
+                            "resource": {"kind": "CustomResourceDefinition", "name": "clusterpolicies.nvidia.com"},
+                            "status": "Unknown",
+                        },
+                        {
+                            "resolving": head,
+                            "resource": {"kind": "CustomResourceDefinition", "name": "nvidiadrivers.nvidia.com"},
+                            "status": "Unknown",
+                        },
+                        {
+                            "resolving": head,
+                            "resource": {"kind": "ClusterServiceVersion", "name": head},
+                            "status": "Unknown",
+                        },
+                    ],
+                },
+            )
+        plan_meta = plan["metadata"]
+        reference = {
+            "apiVersion": API_VERSION,
+            "kind": "InstallPlan",
+            "name": plan_meta["name"],
+            "namespace": self.namespace,
+            "uid": plan_meta.get("uid", ""),
+        }
+        self._write_status(
+            self.olm.subscription,
+            subscription,
+            {
+                **_without(status, "conditions"),
+                "currentCSV": head,
+                "state": "UpgradePending",
+                "installPlanRef": reference,
+                "installplan": {k: reference[k] for k in ("apiVersion", "kind", "name")} | {"uuid": reference["uid"]},
+                "installPlanGeneration": int((plan.get("spec") or {}).get("generation") or 1),
+                **self._stamp(),
+            },
+        )
+
+    def reconcile_installplan(self, plan: Obj) -> None:
+        assert self.olm is not None
+        spec, status = plan.get("spec") or {}, dict(plan.get("status") or {})
+        name = plan["metadata"]["name"]
+        phase = status.get("phase")
+        now = self.twin.clock.now()
+        if phase == "RequiresApproval" and spec.get("approved"):
+            phase = "Installing"
+            self._write_status(self.olm.installplan, plan, {**status, "phase": phase})
+        if phase != "Installing":
+            return
+        if not self._referenced(name):
+            return  # superseded by a later resolution: OLM leaves it alone
+        done_at = self._installing.setdefault(name, now + INSTALL_SECONDS)
+        if now < done_at:
+            return
+        self._installing.pop(name, None)
+        target = str((spec.get("clusterServiceVersionNames") or [""])[0])
+        self._install_csv(target)
+        steps = [{**step, "status": "Created"} for step in status.get("plan") or []]
+        self._write_status(self.olm.installplan, plan, {**status, "phase": "Complete", "plan": steps})
+        for subscription in self.store.list(self.olm.subscription, self.namespace):
+            if ((subscription.get("status") or {}).get("installPlanRef") or {}).get("name") == name:
+                self._write_status(
+                    self.olm.subscription,
+                    subscription,
+                    {
+                        **(subscription.get("status") or {}),
+                        "installedCSV": target,
+                        "currentCSV": target,
+                        "state": "AtLatestKnown",
+                        **self._stamp(),
+                    },
+                )
+
+    def _install_csv(self, target: str) -> None:
+        """The plan's steps: the new CSV replaces the old one and rolls the operator Deployment's image."""
+        assert self.olm is not None
+        version = version_of_csv(target)
+        old = [c for c in self.store.list(self.olm.csv, self.namespace) if c["metadata"]["name"].startswith(PACKAGE)]
+        replaces = old[0]["metadata"]["name"] if old else ""
+        if self.store.try_get(self.olm.csv, self.namespace, target) is None:
+            template = old[0] if old else {"spec": {"displayName": "NVIDIA GPU Operator"}}
+            created = self.store.create(
+                self.olm.csv,
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "ClusterServiceVersion",
+                    "metadata": {
+                        "name": target,
+                        "namespace": self.namespace,
+                        "labels": {f"operators.coreos.com/{PACKAGE}.{self.namespace}": ""},
+                    },
+                    "spec": {**(template.get("spec") or {}), "version": version, "replaces": replaces},
+                },
+            )
+            self._write_status(
+                self.olm.csv,
+                created,
+                {
+                    "phase": "Installing",
+                    "reason": "InstallWaiting",
+                    "message": f"installing: waiting for deployment {self.deployment} to become ready",
+                },
+            )
+        for csv in old:
+            if csv["metadata"]["name"] != target:
+                self._write_status(
+                    self.olm.csv,
+                    csv,
+                    {"phase": "Replacing", "reason": "BeingReplaced", "message": f"being replaced by csv: {target}"},
+                )
+                try:
+                    self.store.delete(self.olm.csv, self.namespace, csv["metadata"]["name"])
+                except errors.ApiError as exc:
+                    log.debug("old CSV not deleted: %s", exc)
+
+        current = self.store.try_get(self.kinds.deployment, self.namespace, self.deployment)
+        if current is None:
+            log.warning("operator Deployment %s/%s not found", self.namespace, self.deployment)
+            return
+        # OLM writes the Deployment from the CSV's install strategy (spec.install.spec.deployments): the
+        # bundle's spec with the new operator image; the bundle sets no update strategy (RollingUpdate).
+        bundle_spec = {k: v for k, v in current["spec"].items() if k != "strategy"}
+        bundle_spec = json.loads(json.dumps(bundle_spec))
+        for container in bundle_spec["template"]["spec"]["containers"]:
+            if container.get("name") == "gpu-operator":
+                container["image"] = f"nvcr.io/nvidia/gpu-operator:v{version}"
+
+        def install_strategy(csv: Obj) -> None:
+            csv["spec"]["install"] = {
+                "strategy": "deployment",
+                "spec": {"deployments": [{"name": self.deployment, "spec": bundle_spec}]},
+            }
+
+        def roll(deployment: Obj) -> None:
+            deployment["spec"] = json.loads(json.dumps(bundle_spec))
+            deployment["metadata"].setdefault("labels", {})["olm.owner"] = target
+
+        try:
+            self.store.mutate(self.olm.csv, self.namespace, target, install_strategy)
+            self.store.mutate(self.kinds.deployment, self.namespace, self.deployment, roll)
+        except errors.ApiError as exc:
+            log.warning("operator Deployment not updated: %s", exc)
+
+    def reconcile_csvs(self) -> None:
+        """A CSV is Succeeded once its Deployment has rolled out (the OLM operator's install strategy check)."""
+        assert self.olm is not None
+        deployment = self.store.try_get(self.kinds.deployment, self.namespace, self.deployment)
+        if deployment is None:
+            return
+        spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+        replicas = int(spec.get("replicas", 1))
+        rolled = (
+            int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation") or 0)
+            and int(status.get("updatedReplicas") or 0) == replicas
+            and int(status.get("replicas") or 0) == replicas  # the old pods are gone (rollout complete)
+            and int(status.get("availableReplicas") or 0) >= replicas
+        )
+        for csv in self.store.list(self.olm.csv, self.namespace):
+            phase = (csv.get("status") or {}).get("phase")
+            if phase == "Installing" and rolled:
+                self._write_status(
+                    self.olm.csv,
+                    csv,
+                    {
+                        "phase": "Succeeded",
+                        "reason": "InstallSucceeded",
+                        "message": "install strategy completed with no errors",
+                    },
+                )
+
+    # -- helpers --------------------------------------------------------------------------------------------
+    def _plan_for(self, csv: str) -> Obj | None:
+        assert self.olm is not None
+        for plan in self.store.list(self.olm.installplan, self.namespace):
+            names = (plan.get("spec") or {}).get("clusterServiceVersionNames") or []
+            if csv in names and (plan.get("status") or {}).get("phase") != "Failed":
+                return plan
+        return None
+
+    def _referenced(self, plan_name: str) -> bool:
+        assert self.olm is not None
+        return any(
+            ((sub.get("status") or {}).get("installPlanRef") or {}).get("name") == plan_name
+            for sub in self.store.list(self.olm.subscription, self.namespace)
+        )
+
+    def _resolution_failed(self, subscription: Obj, message: str) -> None:
+        assert self.olm is not None
+        status = dict(subscription.get("status") or {})
+        condition = {
+            "type": "ResolutionFailed",
+            "status": "True",
+            "reason": "ConstraintsNotSatisfiable",
+            "message": message,
+            "lastTransitionTime": self.twin.clock.iso(),
+        }
+        previous = next((c for c in status.get("conditions") or [] if c.get("type") == "ResolutionFailed"), None)
+        if previous is not None and previous.get("message") == message:
+            condition["lastTransitionTime"] = previous.get("lastTransitionTime", condition["lastTransitionTime"])
+        self._write_status(self.olm.subscription, subscription, {**status, "conditions": [condition]})
+
+    def _stamp(self) -> Obj:
+        return {"lastUpdated": self.twin.clock.iso()}
+
+    def _write_status(self, rtype: ResourceType, obj: Obj, status: Obj) -> None:
+        current = self.store.try_get(rtype, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        if current is None:
+            return
+        old = dict(current.get("status") or {})
+        if _without(old, "lastUpdated") == _without(status, "lastUpdated"):
+            return
+
+        def change(o: Obj) -> None:
+            o["status"] = status
+
+        self.store.mutate(rtype, self.namespace, obj["metadata"]["name"], change, subresource="status")
+
+
+def _without(mapping: Obj, key: str) -> Obj:
+    return {k: v for k, v in mapping.items() if k != key}
+
+
+def install(twin: Twin, *, namespace: str, deployment: str, installed_version: str) -> None:
+    """Seed the Subscription and start OLM."""
+    Olm(twin, namespace=namespace, deployment=deployment, installed_version=installed_version).install()
+
+
+def attach(operator: Any) -> None:
+    """Hook for ``GpuOperator.install``: OLM manages the operator on the openshift profile only (Helm elsewhere)."""
+    if operator.profile == "openshift":
+        install(
+            operator.twin,
+            namespace=operator.namespace,
+            deployment="gpu-operator",
+            installed_version=operator.release.csv_version,
+        )
