@@ -25,8 +25,11 @@ test: $(STAMP)
 sanity lint unit twin integration molecule: $(STAMP)
 	scripts/test $@
 
+## bench: the benchmarks at their smaller sizes (docs/benchmarks.md has the larger runs).
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench.bench_audit --nodes 1000
+	$(BIN)/python -m bench.bench_gpu_driver_rollout --nodes 100
+	$(BIN)/python -m bench.bench_twin_scale --nodes 1000
 
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -13,13 +13,13 @@ run the controllers in-process against a store.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..cluster import Controller, Twin
+from . import gpu_operator, network_operator, openshift, sriov
 from .events import EventRecorder
 from .faults import FaultInjector
 from .index import ClusterIndex
@@ -45,13 +45,6 @@ from .workloads import (
 
 log = logging.getLogger(__name__)
 
-GPU_OPERATOR_MODULE = "gpufleet_twin.sim.gpu_operator"
-# Platform simulations installed after the GPU Operator, each only when its module exists.
-PLATFORM_MODULES = (
-    "gpufleet_twin.sim.network_operator",
-    "gpufleet_twin.sim.sriov",
-    "gpufleet_twin.sim.openshift",
-)
 # Above this many nodes the kubelet and scheduler stop recording per-pod
 # Events (Scheduled, Pulled, Started...), which would otherwise be several
 # Events per pod for tens of thousands of pods.
@@ -179,25 +172,12 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
             "admin_endpoints": [f"{method} {path}" for method, path, _ in twin.routes],
         }
     )
-    _install_gpu_operator(twin)
-    for module_name in PLATFORM_MODULES:
-        _install_optional(twin, module_name)
+    # The operators after the node basics, in the order a cluster runs them:
+    # the GPU Operator (and OLM), the Network Operator, SR-IOV, then the
+    # OpenShift machine-config and cluster-version operators.
+    gpu_operator.install(twin)
+    network_operator.install(twin)
+    sriov.install(twin)
+    openshift.install(twin)
     # Check pods (nvidia-smi, ibstat, dcgmi diag, PyTorch smoke tests) run to completion.
     install_validation_pods(twin)
-
-
-def _install_gpu_operator(twin: Twin) -> None:
-    """Let the GPU Operator simulation seed and install itself when the module exists."""
-    _install_optional(twin, GPU_OPERATOR_MODULE)
-
-
-def _install_optional(twin: Twin, module_name: str) -> None:
-    """Import a simulation module and call its ``install(twin)``; a missing module is skipped."""
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise  # the module exists but one of its own imports is missing: a real error
-        log.info("no simulation %s installed", module_name)
-        return
-    module.install(twin)
