@@ -249,3 +249,23 @@ def test_kubelet_not_ready_holds_new_pods_and_recovers(simulate) -> None:
         assert _container(cluster.pod("default", "steady"))["restartCount"] == 0, "no reboot: no restart"
 
     simulate(scenario, nodes=1)
+
+
+def test_pod_without_gpu_request_fits_a_node_whose_gpus_are_overcommitted(simulate) -> None:
+    # A driver restart drops allocatable GPUs below what running pods hold; the
+    # scheduler only checks what a pod requests, so a CPU-only pod still fits.
+    async def scenario(cluster: SimCluster) -> None:
+        cluster.create("pod", pod_manifest("holder", gpus=8))
+        await cluster.run_for(10)
+        holder_node = cluster.pod("default", "holder")["spec"]["nodeName"]
+        assert holder_node
+        for name in cluster.workers:
+            cluster.sim.nodes[name].device_plugin_up = False
+        await cluster.run_for(60)
+        assert cluster.node(holder_node)["status"]["allocatable"]["nvidia.com/gpu"] == "0"
+        cluster.create("pod", pod_manifest("cpu-only", gpus=0))
+        assert await cluster.wait_until(
+            lambda: cluster.pod("default", "cpu-only")["spec"].get("nodeName") is not None, sim_seconds=60
+        )
+
+    simulate(scenario, nodes=1)

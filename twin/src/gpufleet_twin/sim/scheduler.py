@@ -133,7 +133,10 @@ class Scheduler:
                 if -negative_free != free:
                     heapq.heapreplace(heap, (-free, name))  # stale entry: re-rank
                     continue
-                if free < need:
+                # NodeResourcesFit checks only what a pod requests: a pod asking
+                # for no GPU fits a node whose GPUs are over-committed (a
+                # driver restart dropped allocatable below what pods hold).
+                if need and free < need:
                     break
                 chosen = name
                 break
