@@ -202,7 +202,9 @@ class KubeApi:
         if field_selector:
             query["fieldSelector"] = field_selector
         path = ref.path(namespace=namespace)
-        while True:
+        # The server ends the list by answering without a continue token.
+        more_pages = True
+        while more_pages:
             page = self.request("GET", path, query=query)
             for item in page.get("items") or []:
                 # Lists carry kind/apiVersion on the list only; put them back on
@@ -211,8 +213,8 @@ class KubeApi:
                 item.setdefault("apiVersion", ref.api_version)
                 yield item
             token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return
+            query["continue"] = token
+            more_pages = bool(token)
             query["continue"] = token
 
     def create(
@@ -353,21 +355,21 @@ class KubeApi:
         content_type: str = "application/json",
         retry_statuses: Optional[frozenset] = None,
     ) -> Any:
-        attempt = 0
-        while True:
-            attempt += 1
+        retryable = (
+            retry_statuses
+            if retry_statuses is not None
+            else (_RETRY_ANY_METHOD | (_RETRY_IDEMPOTENT if method in _IDEMPOTENT_METHODS else frozenset()))
+        )
+        error: Optional[KubeApiError] = None
+        for attempt in range(1, self._retries + 2):
             status, headers, payload = self._send(method, path, query=query, body=body, content_type=content_type)
             if 200 <= status < 300:
                 return payload
             error = _api_error(method, path, status, payload)
-            retryable = (
-                retry_statuses
-                if retry_statuses is not None
-                else (_RETRY_ANY_METHOD | (_RETRY_IDEMPOTENT if method in _IDEMPOTENT_METHODS else frozenset()))
-            )
             if status not in retryable or attempt > self._retries:
-                raise error
+                break
             self._pause(_backoff(attempt, headers.get("Retry-After") or headers.get("retry-after")))
+        raise error or KubeApiError(f"{method} {path} was not sent", method=method, path=path)
 
     def _send(self, method: str, path: str, *, query: Optional[Dict[str, Any]], body: Any, content_type: str) -> tuple:
         query_params = [(key, value) for key, value in (query or {}).items() if value is not None]

@@ -8,6 +8,7 @@ gives up at a deadline; the caller gets how long it took either way.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Generic, Optional, TypeVar
@@ -43,17 +44,21 @@ def wait_until(
         raise ValueError("timeout must be >= 0 and sleep > 0")
     start = clock()
     deadline = start + timeout
-    polls = 0
     last: Optional[T] = None
-    while True:
+    now = start
+    # Every pause but the last lasts ``sleep``, so this many polls reach the
+    # deadline; the count bounds the loop even if the clock misbehaves.
+    max_polls = math.ceil(timeout / sleep) + 1
+    polls = 0
+    for polls in range(1, max_polls + 1):
         last = observe()
-        polls += 1
         now = clock()
         if done(last):
             return WaitOutcome(value=last, elapsed=now - start, polls=polls)
-        if now >= deadline:
-            raise WaitTimeoutError(
-                f"Timed out after {now - start:.0f}s waiting for {what}",
-                result={"last": last, "elapsed": now - start, "polls": polls},
-            )
+        if now >= deadline or polls == max_polls:
+            break
         pause(min(sleep, max(deadline - now, 0.0)))
+    raise WaitTimeoutError(
+        f"Timed out after {now - start:.0f}s waiting for {what}",
+        result={"last": last, "elapsed": now - start, "polls": polls},
+    )
