@@ -212,6 +212,33 @@ def test_deployment_creates_replicaset_scales_and_rolls_out(simulate) -> None:
     simulate(scenario, nodes=2)
 
 
+def test_recreate_deployment_starts_new_pods_once_the_old_ones_are_gone(simulate) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        web = deployment("web", replicas=2)
+        web["spec"]["strategy"] = {"type": "Recreate"}
+        cluster.create("deployment", web)
+        assert await cluster.wait_until(lambda: len(cluster.pods("default", live=True)) == 2, sim_seconds=30)
+        old_names = {p["metadata"]["name"] for p in cluster.pods("default", live=True)}
+
+        set_image(cluster, "deployment", "default", "web", "registry.example/app:2")
+
+        def recreated() -> bool:
+            live = cluster.pods("default", live=True)
+            return (
+                len(live) == 2
+                and not old_names & {p["metadata"]["name"] for p in live}
+                and all(p["spec"]["containers"][0]["image"].endswith(":2") and podutil.is_pod_ready(p) for p in live)
+            )
+
+        # The old pods terminate (grace period) before any new pod exists; nothing
+        # but their deletion is left to wake the Deployment controller.
+        assert await cluster.wait_until(recreated, sim_seconds=300)
+        status = cluster.store.get(cluster.kinds.deployment, "default", "web")["status"]
+        assert status.get("updatedReplicas") == 2 and status.get("availableReplicas") == 2
+
+    simulate(scenario, nodes=2)
+
+
 def job(name: str, *, completions: int, run_for: int, outcome: str = "succeeded", backoff_limit: int = 6) -> dict:
     return {
         "metadata": {"name": name, "namespace": "default"},

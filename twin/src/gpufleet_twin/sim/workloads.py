@@ -621,7 +621,29 @@ class DeploymentController(_Controller):
         return self._kinds.deployment
 
     def _watched(self) -> Iterable[ResourceType]:
-        return (self._kinds.deployment, self._kinds.replicaset)
+        return (self._kinds.deployment, self._kinds.replicaset, self._kinds.pod)
+
+    def _on_other_event(self, event: WatchEvent) -> bool:
+        if event.rtype.key != self._kinds.pod.key:
+            return super()._on_other_event(event)
+        # A Recreate rollout waits until every old pod is gone, and the last pod's
+        # removal changes no ReplicaSet: upstream's deletePod handler enqueues the
+        # Deployment of a deleted pod when its strategy is Recreate. Only then.
+        if event.type != "DELETED":
+            return False
+        owner = podutil.controller_of(event.obj)
+        if owner is None or owner.get("kind") != "ReplicaSet":
+            return False
+        namespace = event.obj["metadata"].get("namespace", "")
+        replicaset = self.store.try_get(self._kinds.replicaset, namespace, owner["name"])
+        deployment_ref = podutil.controller_of(replicaset) if replicaset is not None else None
+        if deployment_ref is None or deployment_ref.get("kind") != "Deployment":
+            return False
+        deployment = self.store.try_get(self._kinds.deployment, namespace, deployment_ref["name"])
+        if deployment is None or ((deployment.get("spec") or {}).get("strategy") or {}).get("type") != "Recreate":
+            return False
+        self._dirty.add((namespace, deployment_ref["name"]))
+        return True
 
     async def sync(self, key: ObjKey, deployment: Obj | None, now: float) -> int:
         if deployment is None or podutil.is_terminating(deployment):
