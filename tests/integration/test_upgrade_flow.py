@@ -175,6 +175,18 @@ def test_canary_bake_promote_and_reruns_change_nothing(fresh_twin, workspace):
     assert writes(twin) == {}
     assert (workspace / "matrix.yaml").read_text() == promoted
 
+    # The promoted change goes wrong later: stage=rollback takes every node to the
+    # rollback entry and says what to do about the matrix (it does not rewrite it).
+    rollback = flow(twin, workspace, "rollback")
+    assert rollback.returncode == 0, rollback.output
+    assert set(drivers(twin).values()) == {OLD_DRIVER}
+    entry = cluster_ledger(twin)[-1]
+    assert (entry["stage"], entry["outcome"], entry["rollback_target"]) == ("rollback", "success", "rollback")
+    assert "revert the promotion commit" in entry["message"]
+    assert (workspace / "matrix.yaml").read_text() == promoted
+    again = flow(twin, workspace, "rollback")
+    assert again.returncode == 0 and "Stage rollback: unchanged" in again.output, again.output
+
 
 def test_promotion_inside_the_bake_window_is_accepted_with_a_recorded_reason(fresh_twin, workspace):
     twin = fresh_twin
