@@ -55,3 +55,25 @@ class RolloutHaltedError(GpuFleetError):
 
 class RedfishError(GpuFleetError):
     """A BMC refused or failed a Redfish request; ``msg`` carries the BMC's own message."""
+
+
+class RedfishHttpError(RedfishError):
+    """The BMC answered a request with an error status; ``message_ids`` are its ``@Message.ExtendedInfo`` ids."""
+
+    def __init__(
+        self,
+        msg: str,
+        *,
+        status: int = 0,
+        uri: str = "",
+        message_ids: tuple = (),
+        result: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(msg, result=result)
+        self.status = status
+        self.uri = uri
+        self.message_ids = tuple(message_ids)
+
+
+class RedfishUnreachableError(RedfishError):
+    """The BMC did not answer (connection refused or reset, timeout): it may be restarting."""

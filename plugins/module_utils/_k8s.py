@@ -92,6 +92,7 @@ MACHINE_CONFIG_POOLS = ResourceRef(
 )
 CLUSTER_VERSIONS = ResourceRef("config.openshift.io/v1", "clusterversions", "ClusterVersion", False)
 CSVS = ResourceRef("operators.coreos.com/v1alpha1", "clusterserviceversions", "ClusterServiceVersion", True)
+IMAGE_STREAMS = ResourceRef("image.openshift.io/v1", "imagestreams", "ImageStream", True)
 
 PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",

@@ -399,3 +399,15 @@ def test_admin_routes_inject_and_clear_faults(bmcs: BmcHarness) -> None:
         assert bmcs.get(NODE, "/redfish/v1/Systems").status == 200
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), bmcs.loop).result(timeout=10)
+
+
+def test_admin_view_counts_requests_and_update_requests(bmcs: BmcHarness) -> None:
+    """A test can assert that a client uploaded nothing: updateRequests counts every update post, refused or not."""
+    before = bmcs.fleet.describe()[NODE]
+    assert bmcs.get(NODE, INVENTORY).status == 200
+    assert bmcs.post(NODE, SIMPLE_UPDATE, {}).status == 400  # refused (no ImageURI), still an update request
+    push_update(bmcs, "ConnectX-7", "28.41.1000")
+    after = bmcs.fleet.describe()[NODE]
+    assert after["requests"] - before["requests"] == 3
+    assert after["updateRequests"] - before["updateRequests"] == 2
+    assert bmcs.fleet.describe()[OTHER]["updateRequests"] == 0

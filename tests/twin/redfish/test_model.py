@@ -163,6 +163,35 @@ def test_second_job_for_a_pending_component_fails() -> None:
     assert bmc.jobs[second].state == "Failed"
 
 
+def test_rollbacks_of_several_devices_of_one_model_are_independent_jobs() -> None:
+    bmc = new_bmc()
+    staged(bmc, "ConnectX-7", "28.41.1000", at=T0)
+    bmc.reset_system("PowerCycle", T0 + 30)
+    bmc.advance(T0 + 2000)
+    jobs = []
+    for slot in ("NIC.Slot.1-1-1", "NIC.Slot.2-1-1"):
+        entry = bmc.inventory_entry(f"Previous-0-28.39.10.02__{slot}")
+        job = bmc.start_update(
+            package_name=entry.member_id, apply_time=None, targets=(slot,), now=T0 + 2000, rollback=True
+        )
+        bmc.package_arrived(job.job_id, image=FirmwareImage("ConnectX-7", "28.39.1002", 0), error=None, now=T0 + 2000)
+        jobs.append(job)
+    bmc.advance(T0 + 2030)
+    assert [job.state for job in jobs] == ["Scheduled", "Scheduled"]
+    # A third job for a device that already waits is refused.
+    entry = bmc.inventory_entry("Previous-0-28.39.10.02__NIC.Slot.1-1-1")
+    again = bmc.start_update(
+        package_name=entry.member_id, apply_time=None, targets=("NIC.Slot.1-1-1",), now=T0 + 2040, rollback=True
+    )
+    bmc.package_arrived(again.job_id, image=FirmwareImage("ConnectX-7", "28.39.1002", 0), error=None, now=T0 + 2040)
+    bmc.advance(T0 + 2080)
+    assert (again.state, again.message_id) == ("Failed", "SUP0520")
+    bmc.reset_system("GracefulRestart", T0 + 2100)
+    bmc.advance(T0 + 5000)
+    assert {"Installed-0-28.39.10.02__NIC.Slot.1-1-1", "Installed-0-28.39.10.02__NIC.Slot.2-1-1"} <= installed(bmc)
+    assert "Installed-0-28.41.10.00__NIC.Slot.3-1-1" in installed(bmc)
+
+
 def test_failure_plan_fails_the_apply_with_its_message_and_keeps_the_firmware() -> None:
     bmc = new_bmc()
     bmc.add_failure_plan(JobFailurePlan(message="Flash write failed on NIC.Slot.1-1-1.", component="ConnectX-7"))

@@ -150,6 +150,9 @@ def _is_public(method: str, path: str) -> bool:
     return method == "POST" and path == res.SESSIONS_URI
 
 
+_UPDATE_PATHS = frozenset({res.SIMPLE_UPDATE_URI, res.MULTIPART_URI, INVENTORY_URI})
+
+
 @web.middleware
 async def bmc_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     directory = _directory(request)
@@ -172,6 +175,9 @@ async def bmc_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         raise web.HTTPServiceUnavailable()
     request[BMC_KEY] = bmc
     request[NOW_KEY] = now
+    bmc.requests_received += 1
+    if request.method == "POST" and request.path.rstrip("/") in _UPDATE_PATHS:
+        bmc.update_requests_received += 1
     try:
         if not _is_public(request.method, request.path):
             _authenticate(request, bmc, now)

@@ -362,6 +362,10 @@ class Bmc:
         self.quirks: set[str] = set()
         self.pushed: dict[str, tuple[FirmwareSlot, FirmwareImage]] = {}  # HttpPushUri uploads
         self.boot_count = 0
+        # What clients sent, for tests and the admin view: every request, and update requests
+        # (SimpleUpdate, MultipartHttpPushUri, HttpPushUri) whether or not they were accepted.
+        self.requests_received = 0
+        self.update_requests_received = 0
         self._effects: list[Effect] = []
         self._session_counter = 0
         self._last_jid = 0
@@ -727,13 +731,13 @@ class Bmc:
         if not slots:
             self._fail(job, at, MSG_NOT_APPLICABLE, job.package_name)
             return
+        # The job queue refuses a second update of a device that already has one waiting; other
+        # devices of the same model are independent (rolling several NICs back is one job each).
+        wanted = {s.fqdd for s in slots}
         pending = [
             other
             for other in self.jobs.values()
-            if other is not job
-            and other.state in ("Scheduled", "Running")
-            and other.image is not None
-            and other.image.component == image.component
+            if other is not job and other.state in ("Scheduled", "Running") and wanted & set(other.applied_to)
         ]
         if pending:
             self._fail(job, at, MSG_ALREADY_PENDING, PACKAGE_NAMES[image.component])

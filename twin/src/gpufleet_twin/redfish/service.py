@@ -401,6 +401,8 @@ class BmcFleet:
                     for job in bmc.jobs.values()
                 },
                 "sessions": len(bmc.sessions),
+                "requests": bmc.requests_received,
+                "updateRequests": bmc.update_requests_received,
             }
         return described
 

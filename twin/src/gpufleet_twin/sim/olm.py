@@ -25,6 +25,13 @@ at 25.3.0); the twin's Subscription starts on ``v24.9`` with Manual approval.
 Only the InstallPlan the Subscription references installs (approving a plan
 a later channel change superseded does nothing, as in OLM).
 
+The same model manages OpenShift's SR-IOV Network Operator on the openshift profile
+(``SRIOV_PACKAGE``: package ``sriov-network-operator`` from ``redhat-operators``, channel
+``stable``).  Red Hat's operator index is built per OpenShift minor, so the channel's head follows
+the cluster: on 4.16 it is a 4.16.0 build, once the cluster runs 4.17 the 4.17.0 build (this is why
+the SR-IOV operator is upgraded after OpenShift).  Installing a new SR-IOV CSV rolls the operator
+Deployment and, as the new operator does once it runs, its config daemon DaemonSet to the new images.
+
 Left out: CatalogSources as objects, OperatorGroups, dependency resolution,
 skipRange/replaces graphs (a plan goes straight to the channel head), bundle
 unpacking jobs, and the bundle's CRD contents (the CRDs the twin serves stay
@@ -37,6 +44,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,12 +78,52 @@ CATALOG: dict[str, tuple[str, ...]] = {
     "v26.3": ("26.3.0",),
     "stable": ("24.9.0", "25.3.0", "25.10.1", "26.3.0"),
 }
+# Simulated seconds between two reads of a catalog that changes with the cluster.
+CATALOG_RESYNC_SECONDS = 60.0
 # Simulated seconds an approved plan takes to unpack the bundle and apply its steps.
 INSTALL_SECONDS = 30.0
 
 
-def csv_name(version: str) -> str:
-    return f"{PACKAGE}.v{version}"
+def csv_name(version: str, package: str = PACKAGE) -> str:
+    return f"{package}.v{version}"
+
+
+@dataclass(frozen=True)
+class Package:
+    """One OLM package the twin serves: its catalog and what installing a CSV does."""
+
+    name: str
+    catalog: Callable[[], dict[str, tuple[str, ...]]]
+    catalog_source: str
+    container: str  # the operator container in the Deployment
+    image: Callable[[str], str]  # CSV version -> operator image
+    bundle: Callable[[str], str]  # CSV version -> bundle image
+    crds: tuple[str, ...]
+    display_name: str
+    # Called after the Deployment rolled to a new version (the new operator re-renders its operands).
+    after_install: Callable[[str], None] | None = None
+
+
+GPU_OPERATOR_PACKAGE = Package(
+    name=PACKAGE,
+    catalog=lambda: CATALOG,
+    catalog_source=CATALOG_SOURCE,
+    container="gpu-operator",
+    image=lambda version: f"nvcr.io/nvidia/gpu-operator:v{version}",
+    bundle=lambda version: f"registry.connect.redhat.com/nvidia/gpu-operator-bundle:v{version}",
+    crds=("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com"),
+    display_name="NVIDIA GPU Operator",
+)
+SRIOV_PACKAGE_NAME = "sriov-network-operator"
+SRIOV_CATALOG_SOURCE = "redhat-operators"
+SRIOV_NAMESPACE = "openshift-sriov-network-operator"
+SRIOV_IMAGE_BASE = "registry.redhat.io/openshift4/ose-sriov-network"
+# One SR-IOV operator build per OpenShift minor (the CSV version is <minor>.0-<build date>).
+SRIOV_BUILDS: dict[str, str] = {
+    "4.16": "4.16.0-202410211619",
+    "4.17": "4.17.0-202411190033",
+    "4.18": "4.18.0-202502250302",
+}
 
 
 def version_of_csv(name: str) -> str:
@@ -162,7 +210,16 @@ class Olm:
 
     name = "olm"
 
-    def __init__(self, twin: Twin, *, namespace: str, deployment: str, installed_version: str) -> None:
+    def __init__(
+        self,
+        twin: Twin,
+        *,
+        namespace: str,
+        deployment: str,
+        installed_version: str,
+        package: Package = GPU_OPERATOR_PACKAGE,
+    ) -> None:
+        self.package = package
         self.twin = twin
         self.store = twin.store
         self.kinds = Kinds.from_registry(twin.registry)
@@ -180,7 +237,7 @@ class Olm:
             log.warning("OLM not simulated: no CRD or ClusterServiceVersion kind registered")
             return
         for crd in (SUBSCRIPTION_CRD, INSTALLPLAN_CRD):
-            if self.store.try_get(crd_type, None, crd["metadata"]["name"]) is None:
+            if self.twin.registry.get(GROUP, crd["spec"]["names"]["plural"]) is None:
                 self.store.create(crd_type, crd)
         subscription = self.twin.registry.get(GROUP, "subscriptions")
         installplan = self.twin.registry.get(GROUP, "installplans")
@@ -188,19 +245,29 @@ class Olm:
         self.olm = _Kinds(subscription=subscription, installplan=installplan, csv=csv_type)
         self.seed()
         self.twin.controllers.append(self)
-        self.twin.published["olm"] = {
-            "subscription": PACKAGE,
+        facts = {
+            "subscription": self.package.name,
             "namespace": self.namespace,
-            "channels": {channel: list(versions) for channel, versions in CATALOG.items()},
+            "channels": {channel: list(versions) for channel, versions in self.package.catalog().items()},
         }
+        if self.package is GPU_OPERATOR_PACKAGE:
+            self.twin.published["olm"] = facts
+        else:
+            self.twin.published.setdefault("olm_packages", {})[self.package.name] = facts
 
     def seed(self) -> None:
         assert self.olm is not None
-        if self.store.try_get(self.olm.subscription, self.namespace, PACKAGE) is not None:
+        package = self.package.name
+        if self.store.try_get(self.olm.subscription, self.namespace, package) is not None:
             return
-        installed = csv_name(self.installed_version)
+        installed = csv_name(self.installed_version, package)
         channel = next(
-            (c for c, versions in CATALOG.items() if c != "stable" and self.installed_version in versions), "stable"
+            (
+                c
+                for c, versions in self.package.catalog().items()
+                if c != "stable" and self.installed_version in versions
+            ),
+            "stable",
         )
         created = self.store.create(
             self.olm.subscription,
@@ -208,15 +275,15 @@ class Olm:
                 "apiVersion": API_VERSION,
                 "kind": "Subscription",
                 "metadata": {
-                    "name": PACKAGE,
+                    "name": package,
                     "namespace": self.namespace,
-                    "labels": {f"operators.coreos.com/{PACKAGE}.{self.namespace}": ""},
+                    "labels": {f"operators.coreos.com/{package}.{self.namespace}": ""},
                 },
                 "spec": {
                     "channel": channel,
                     "installPlanApproval": "Manual",
-                    "name": PACKAGE,
-                    "source": CATALOG_SOURCE,
+                    "name": package,
+                    "source": self.package.catalog_source,
                     "sourceNamespace": CATALOG_NAMESPACE,
                     "startingCSV": installed,
                 },
@@ -240,6 +307,9 @@ class Olm:
                 log.debug("olm reconcile: %s", exc)
             now = twin.clock.now()
             wait = min((at - now for at in self._installing.values()), default=None)
+            if self.package is not GPU_OPERATOR_PACKAGE:
+                # A catalog that follows the cluster (Red Hat's per-minor index) is re-read on OLM's resync.
+                wait = min(wait, CATALOG_RESYNC_SECONDS) if wait is not None else CATALOG_RESYNC_SECONDS
             await waker.wait(None if wait is None else max(wait, 0.0))
             await asyncio.sleep(0)
 
@@ -250,7 +320,7 @@ class Olm:
     def reconcile_once(self) -> None:
         assert self.olm is not None
         for subscription in self.store.list(self.olm.subscription, self.namespace):
-            if (subscription.get("spec") or {}).get("name") == PACKAGE:
+            if (subscription.get("spec") or {}).get("name") == self.package.name:
                 self.reconcile_subscription(subscription)
         for plan in self.store.list(self.olm.installplan, self.namespace):
             self.reconcile_installplan(plan)
@@ -262,15 +332,16 @@ class Olm:
         status = dict(subscription.get("status") or {})
         installed = str(status.get("installedCSV") or "")
         channel = str(spec.get("channel") or "stable")
-        versions = CATALOG.get(channel)
+        package = self.package.name
+        versions = self.package.catalog().get(channel)
         if not versions:
             self._resolution_failed(
                 subscription,
-                f"no operators found in channel {channel} of package {PACKAGE} in the catalog "
-                f"referenced by subscription {PACKAGE}",
+                f"no operators found in channel {channel} of package {package} in the catalog "
+                f"referenced by subscription {subscription['metadata']['name']}",
             )
             return
-        head = csv_name(versions[-1])
+        head = csv_name(versions[-1], package)
         if head == installed:
             self._write_status(
                 self.olm.subscription,
@@ -297,7 +368,7 @@ class Olm:
                         "name": "install-" + hashlib.sha256(f"{self.namespace}/{head}".encode()).hexdigest()[:5],
                         "namespace": self.namespace,
                         "ownerReferences": [podutil.owner_reference(subscription, block_owner_deletion=False)],
-                        "labels": {f"operators.coreos.com/{PACKAGE}.{self.namespace}": ""},
+                        "labels": {f"operators.coreos.com/{package}.{self.namespace}": ""},
                     },
                     "spec": {
                         "approval": approval,
@@ -312,25 +383,23 @@ class Olm:
                 plan,
                 {
                     "phase": "RequiresApproval" if approval == "Manual" else "Installing",
-                    "catalogSources": [CATALOG_SOURCE],
+                    "catalogSources": [self.package.catalog_source],
                     "bundleLookups": [
                         {
-                            "path": f"registry.connect.redhat.com/nvidia/gpu-operator-bundle:v{versions[-1]}",
+                            "path": self.package.bundle(versions[-1]),
                             "identifier": head,
-                            "catalogSourceRef": {"name": CATALOG_SOURCE, "namespace": CATALOG_NAMESPACE},
+                            "catalogSourceRef": {"name": self.package.catalog_source, "namespace": CATALOG_NAMESPACE},
                         }
                     ],
                     "plan": [
-                        {
-                            "resolving": head,
-                            "resource": {"kind": "CustomResourceDefinition", "name": "clusterpolicies.nvidia.com"},
-                            "status": "Unknown",
-                        },
-                        {
-                            "resolving": head,
-                            "resource": {"kind": "CustomResourceDefinition", "name": "nvidiadrivers.nvidia.com"},
-                            "status": "Unknown",
-                        },
+                        *(
+                            {
+                                "resolving": head,
+                                "resource": {"kind": "CustomResourceDefinition", "name": crd},
+                                "status": "Unknown",
+                            }
+                            for crd in self.package.crds
+                        ),
                         {
                             "resolving": head,
                             "resource": {"kind": "ClusterServiceVersion", "name": head},
@@ -400,10 +469,13 @@ class Olm:
         """The plan's steps: the new CSV replaces the old one and rolls the operator Deployment's image."""
         assert self.olm is not None
         version = version_of_csv(target)
-        old = [c for c in self.store.list(self.olm.csv, self.namespace) if c["metadata"]["name"].startswith(PACKAGE)]
+        package = self.package.name
+        old = [
+            c for c in self.store.list(self.olm.csv, self.namespace) if c["metadata"]["name"].startswith(f"{package}.")
+        ]
         replaces = old[0]["metadata"]["name"] if old else ""
         if self.store.try_get(self.olm.csv, self.namespace, target) is None:
-            template = old[0] if old else {"spec": {"displayName": "NVIDIA GPU Operator"}}
+            template = old[0] if old else {"spec": {"displayName": self.package.display_name}}
             created = self.store.create(
                 self.olm.csv,
                 {
@@ -412,7 +484,7 @@ class Olm:
                     "metadata": {
                         "name": target,
                         "namespace": self.namespace,
-                        "labels": {f"operators.coreos.com/{PACKAGE}.{self.namespace}": ""},
+                        "labels": {f"operators.coreos.com/{package}.{self.namespace}": ""},
                     },
                     "spec": {**(template.get("spec") or {}), "version": version, "replaces": replaces},
                 },
@@ -447,8 +519,8 @@ class Olm:
         bundle_spec = {k: v for k, v in current["spec"].items() if k != "strategy"}
         bundle_spec = json.loads(json.dumps(bundle_spec))
         for container in bundle_spec["template"]["spec"]["containers"]:
-            if container.get("name") == "gpu-operator":
-                container["image"] = f"nvcr.io/nvidia/gpu-operator:v{version}"
+            if container.get("name") == self.package.container:
+                container["image"] = self.package.image(version)
 
         def install_strategy(csv: Obj) -> None:
             csv["spec"]["install"] = {
@@ -465,6 +537,9 @@ class Olm:
             self.store.mutate(self.kinds.deployment, self.namespace, self.deployment, roll)
         except errors.ApiError as exc:
             log.warning("operator Deployment not updated: %s", exc)
+            return
+        if self.package.after_install is not None:
+            self.package.after_install(version)
 
     def reconcile_csvs(self) -> None:
         """A CSV is Succeeded once its Deployment has rolled out (the OLM operator's install strategy check)."""
@@ -548,6 +623,85 @@ def _without(mapping: Obj, key: str) -> Obj:
 def install(twin: Twin, *, namespace: str, deployment: str, installed_version: str) -> None:
     """Seed the Subscription and start OLM."""
     Olm(twin, namespace=namespace, deployment=deployment, installed_version=installed_version).install()
+
+
+def sriov_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def install_sriov(twin: Twin) -> None:
+    """OLM for OpenShift's SR-IOV Network Operator (openshift profile; needs the SR-IOV simulation's objects).
+
+    The ``stable`` channel of Red Hat's index lists the builds up to the cluster's OpenShift minor,
+    read from the ClusterVersion's newest Completed history entry.
+    """
+    deployment_type = twin.registry.get("apps", "deployments")
+    cv_type = twin.registry.get("config.openshift.io", "clusterversions")
+    if (
+        deployment_type is None
+        or twin.store.try_get(deployment_type, SRIOV_NAMESPACE, "sriov-network-operator") is None
+    ):
+        return
+
+    def cluster_minor() -> str:
+        cv = twin.store.try_get(cv_type, None, "version") if cv_type is not None else None
+        history = ((cv or {}).get("status") or {}).get("history") or []
+        completed = next((h.get("version") for h in history if h.get("state") == "Completed"), None)
+        return sriov_minor(str(completed or "4.16"))
+
+    def catalog() -> dict[str, tuple[str, ...]]:
+        limit = version_key(cluster_minor())
+        builds = tuple(b for minor, b in sorted(SRIOV_BUILDS.items(), key=lambda i: version_key(i[0]))
+                       if version_key(minor) <= limit)  # fmt: skip
+        return {"stable": builds or (SRIOV_BUILDS["4.16"],)}
+
+    def roll_config_daemon(version: str) -> None:
+        daemonsets = twin.registry.get("apps", "daemonsets")
+        tag = f"v{sriov_minor(version)}"
+
+        def change(ds: Obj) -> None:
+            for container in ds["spec"]["template"]["spec"]["containers"]:
+                container["image"] = f"{SRIOV_IMAGE_BASE}-config-daemon-rhel9:{tag}"
+
+        if daemonsets is not None and twin.store.try_get(daemonsets, SRIOV_NAMESPACE, "sriov-network-config-daemon"):
+            twin.store.mutate(daemonsets, SRIOV_NAMESPACE, "sriov-network-config-daemon", change)
+
+    package = Package(
+        name=SRIOV_PACKAGE_NAME,
+        catalog=catalog,
+        catalog_source=SRIOV_CATALOG_SOURCE,
+        container="sriov-network-operator",
+        image=lambda version: f"{SRIOV_IMAGE_BASE}-rhel9-operator:v{sriov_minor(version)}",
+        bundle=lambda version: f"registry.redhat.io/openshift4/ose-sriov-network-operator-bundle:v{version}",
+        crds=("sriovnetworknodepolicies.sriovnetwork.openshift.io", "sriovnetworknodestates.sriovnetwork.openshift.io"),
+        display_name="SR-IOV Network Operator",
+        after_install=roll_config_daemon,
+    )
+    installed = catalog()["stable"][-1]
+    operator = Olm(
+        twin, namespace=SRIOV_NAMESPACE, deployment="sriov-network-operator", installed_version=installed,
+        package=package,
+    )  # fmt: skip
+    operator.install()
+    csv_type = twin.registry.get(GROUP, "clusterserviceversions")
+    name = csv_name(installed, SRIOV_PACKAGE_NAME)
+    if csv_type is not None and twin.store.try_get(csv_type, SRIOV_NAMESPACE, name) is None:
+        created = twin.store.create(
+            csv_type,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ClusterServiceVersion",
+                "metadata": {
+                    "name": name,
+                    "namespace": SRIOV_NAMESPACE,
+                    "labels": {f"operators.coreos.com/{SRIOV_PACKAGE_NAME}.{SRIOV_NAMESPACE}": ""},
+                },
+                "spec": {"displayName": package.display_name, "version": installed},
+            },
+        )
+        message = "install strategy completed with no errors"
+        succeeded = {"phase": "Succeeded", "reason": "InstallSucceeded", "message": message}
+        operator._write_status(csv_type, created, succeeded)
 
 
 def attach(operator: Any) -> None:

@@ -28,6 +28,18 @@ maxUnavailable, ``calculateStatus``) and openshift/cluster-version-operator (his
   and once it is Updated the entry is Completed (paused worker pools do not hold the
   update, as in the EUS/canary procedures); worker pools render after the masters.
 
+- Driver toolkit (openshift/driver-toolkit ``docs/driver_toolkit_imagestream.md``): the ImageStream
+  ``openshift/driver-toolkit`` has one tag per RHCOS version the cluster has run (named by its OSTREE
+  version) plus ``latest``, which points at the newest; the CVO adds the new release's tag when the
+  control plane is updated, before any node reboots, and older tags stay (nodes still run them).
+- A pod that builds a driver on a driver-toolkit image (a container whose image is a DTK tag's image
+  beside a ``driver``/``doca-driver``/``mofed`` container with ``DRIVER_VERSION``) compiles against
+  that RHCOS's kernel: it Succeeds, or Fails as the build would (``SimState.driver_builds_for`` /
+  ``mofed_builds_for``, faults ``driver_build_fails``/``mofed_build_fails``).  This is how a person
+  checks a build exists for a kernel before any node boots it.
+- On this profile OLM also manages OpenShift's SR-IOV Network Operator (package
+  ``sriov-network-operator``, channel ``stable``, ``sim/olm.py``).
+
 Left out: MachineConfig objects and their merge, RenderDegraded causes, kubelet CA
 rotation, the drain's 1-hour degradation, ClusterOperators, availableUpdates/graph.
 """
@@ -45,9 +57,10 @@ from ..registry import ResourceType
 from ..selectors import label_selector_from_dict
 from ..store import Store, WatchEvent
 from . import gpu_operator as gop
-from . import podutil
+from . import olm, podutil
 from .kinds import Kinds
-from .state import SimState
+from .seed import namespace_object
+from .state import NodeHealth, PodPlan, SimState
 from .wake import Waker
 
 if TYPE_CHECKING:
@@ -66,6 +79,12 @@ MCD_REASON = f"{MC_GROUP}/reason"
 ROLE_LABEL = "node-role.kubernetes.io/"
 STATE_DONE, STATE_WORKING, STATE_DEGRADED = "Done", "Working", "Degraded"
 CLUSTER_VERSION_NAME = "version"
+IMAGE_GROUP = "image.openshift.io"
+DTK_NAMESPACE = "openshift"
+DTK_IMAGESTREAM = "driver-toolkit"
+DTK_IMAGE_PREFIX = "quay.io/openshift-release-dev/ocp-v4.0-art-dev:driver-toolkit-"
+GPU_DRIVER_IMAGES = frozenset({"driver"})
+MOFED_DRIVER_IMAGES = frozenset({"doca-driver", "mofed"})
 
 
 @dataclass(frozen=True)
@@ -104,6 +123,46 @@ def rhcos_for(version: str) -> RhcosRelease:
     build = f"{head}.94.2025{(z % 12) + 1:02d}{(z % 28) + 1:02d}0000-0"
     kernel_base, _, suffix = base.kernel.rpartition(".el9_4")
     return RhcosRelease(build, f"{kernel_base.rsplit('.', 2)[0]}.{z}.1.el9_4{suffix}")
+
+
+def dtk_image(release: RhcosRelease) -> str:
+    """The driver-toolkit image built for one RHCOS (the GPU Operator simulation names it the same way)."""
+    return f"{DTK_IMAGE_PREFIX}{release.ostree}"
+
+
+IMAGESTREAM_CRD: Obj = {
+    # ImageStreams are served by openshift-apiserver (an aggregated API); a schemaless CRD serves the same
+    # REST paths, which is all a client sees.
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"imagestreams.{IMAGE_GROUP}", "labels": {"gpufleet.io/twin-minimal-crd": "true"}},
+    "spec": {
+        "group": IMAGE_GROUP,
+        "scope": "Namespaced",
+        "names": {"kind": "ImageStream", "listKind": "ImageStreamList", "plural": "imagestreams",
+                  "singular": "imagestream", "shortNames": ["is"]},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}  # fmt: skip
 
 
 def release_image(version: str) -> str:
@@ -154,6 +213,7 @@ class OpenShiftPlatform:
         # The rendered configs the seeded nodes run, per pool: the targets at the seeded version.
         self._seed_configs: dict[str, str] = {}
         self._waker: Waker | None = None
+        self.imagestream_type: ResourceType | None = None
 
     # -- seeding ----------------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -161,8 +221,16 @@ class OpenShiftPlatform:
             log.warning("no MachineConfigPool/ClusterVersion kinds registered: no OpenShift simulation")
             return
         self.seed()
+        self.seed_driver_toolkit()
+        self.sim.pod_behaviours.insert(0, self.build_check_plan)
         self.twin.controllers.append(self)
-        self.twin.published["openshift"] = {"version": self.cluster_version, "pools": ["master", "worker"]}
+        self.twin.published["openshift"] = {
+            "version": self.cluster_version,
+            "pools": ["master", "worker"],
+            "driver_toolkit": f"{DTK_NAMESPACE}/{DTK_IMAGESTREAM}",
+        }
+        # OpenShift's own SR-IOV Network Operator is an OLM operator (redhat-operators, channel stable).
+        olm.install_sriov(self.twin)
 
     def seed(self) -> None:
         assert self.pool_type is not None and self.cv_type is not None
@@ -206,6 +274,9 @@ class OpenShiftPlatform:
                 },
             )
             status = {
+                # Required by the real CRD (openshift/api config/v1): without them a status write is refused.
+                "availableUpdates": None,
+                "versionHash": hashlib.sha256(image.encode()).hexdigest()[:11],
                 "desired": {"version": SEED_OPENSHIFT_VERSION, "image": image},
                 "history": [
                     {
@@ -222,6 +293,91 @@ class OpenShiftPlatform:
             }
             self._write_status(self.cv_type, CLUSTER_VERSION_NAME, status)
         self.reconcile()
+
+    # -- driver toolkit -----------------------------------------------------------------------------------------
+    def seed_driver_toolkit(self) -> None:
+        crd_type = self.twin.registry.get("apiextensions.k8s.io", "customresourcedefinitions")
+        if self.twin.registry.get(IMAGE_GROUP, "imagestreams") is None and crd_type is not None:
+            self.store.create(crd_type, IMAGESTREAM_CRD)
+        self.imagestream_type = self.twin.registry.get(IMAGE_GROUP, "imagestreams")
+        if self.imagestream_type is None:
+            return
+        if self.store.try_get(self.kinds.namespace, None, DTK_NAMESPACE) is None:
+            self.store.create(self.kinds.namespace, namespace_object(DTK_NAMESPACE, profile="openshift"))
+        for release in sorted(set(self.rendered.values()), key=lambda r: r.ostree):
+            self.publish_driver_toolkit(release)
+
+    def publish_driver_toolkit(self, release: RhcosRelease) -> None:
+        """Add the RHCOS's tag (kept by later updates) and point ``latest`` at it."""
+        if self.imagestream_type is None:
+            return
+        image = dtk_image(release)
+
+        def tag(name: str) -> Obj:
+            return {
+                "name": name,
+                "annotations": None,
+                "from": {"kind": "DockerImage", "name": image},
+                "importPolicy": {"scheduled": True},
+                "referencePolicy": {"type": "Source"},
+            }
+
+        current = self.store.try_get(self.imagestream_type, DTK_NAMESPACE, DTK_IMAGESTREAM)
+        if current is None:
+            self.store.create(
+                self.imagestream_type,
+                {
+                    "apiVersion": f"{IMAGE_GROUP}/v1",
+                    "kind": "ImageStream",
+                    "metadata": {"name": DTK_IMAGESTREAM, "namespace": DTK_NAMESPACE},
+                    "spec": {"tags": [tag(release.ostree), tag("latest")]},
+                },
+            )
+            return
+
+        def add(obj: Obj) -> None:
+            tags = [
+                t for t in (obj.get("spec") or {}).get("tags") or [] if t.get("name") not in (release.ostree, "latest")
+            ]
+            obj.setdefault("spec", {})["tags"] = [*tags, tag(release.ostree), tag("latest")]
+
+        self.store.mutate(self.imagestream_type, DTK_NAMESPACE, DTK_IMAGESTREAM, add)
+
+    def _release_of_dtk(self, image: str) -> RhcosRelease | None:
+        ostree = image[len(DTK_IMAGE_PREFIX) :] if image.startswith(DTK_IMAGE_PREFIX) else ""
+        known = [*self.rendered.values(), *RHCOS_BY_OPENSHIFT.values()]
+        return next((release for release in known if release.ostree == ostree), None) if ostree else None
+
+    def build_check_plan(self, pod: Obj, health: NodeHealth) -> PodPlan | None:
+        """A driver build on a driver-toolkit image compiles for that RHCOS's kernel, wherever the pod runs."""
+        if podutil.controller_of(pod) is not None:
+            return None  # the operators' own driver pods (DaemonSets) load what they build: not a build check
+        containers = (pod.get("spec") or {}).get("containers") or []
+        release = next((r for c in containers if (r := self._release_of_dtk(str(c.get("image") or "")))), None)
+        if release is None:
+            return None
+        for container in containers:
+            image = str(container.get("image") or "")
+            name = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+            env = {str(e.get("name")): str(e.get("value") or "") for e in container.get("env") or []}
+            version = env.get("DRIVER_VERSION") or image.rsplit(":", 1)[-1].split("-rhcos", 1)[0]
+            if name in GPU_DRIVER_IMAGES:
+                builds, what, seconds = self.sim.driver_builds_for(version, release.kernel), "NVIDIA driver", 360.0
+            elif name in MOFED_DRIVER_IMAGES:
+                builds, what, seconds = self.sim.mofed_builds_for(version, release.kernel), "MOFED/DOCA driver", 420.0
+            else:
+                continue
+            if builds:
+                return PodPlan(
+                    outcome="succeeded", run_for=seconds, reason="Completed",
+                    message=f"{what} {version} built for kernel {release.kernel} (RHCOS {release.ostree})",
+                )  # fmt: skip
+            return PodPlan(
+                outcome="failed", run_for=seconds / 4, reason="Error",
+                message=f"{what} {version} does not build for kernel {release.kernel} (RHCOS {release.ostree}): "
+                "modules failed to compile against the driver toolkit's kernel headers",
+            )  # fmt: skip
+        return None
 
     # -- loop -------------------------------------------------------------------------------------------------
     async def run(self, twin: Twin) -> None:
@@ -284,6 +440,7 @@ class OpenShiftPlatform:
                 },
             )
             status.update(
+                versionHash=hashlib.sha256(image.encode()).hexdigest()[:11],
                 desired={"version": version, "image": image},
                 history=history,
                 observedGeneration=cv["metadata"].get("generation", 1),
@@ -296,9 +453,11 @@ class OpenShiftPlatform:
             return
         target = history[0]["version"]
         if self._cp_done_at is not None and now >= self._cp_done_at:
-            # The machine-config operator is updated: it renders the new RHCOS, masters first.
+            # The machine-config operator is updated: it renders the new RHCOS, masters first.  The
+            # payload's driver-toolkit ImageStream manifest has been applied by now: a tag for the new RHCOS.
             self.masters_target_version = target
             self._cp_done_at = None
+            self.publish_driver_toolkit(rhcos_for(target))
         if self.masters_target_version == target and self._pool_updated("master"):
             self.workers_target_version = target
             self.cluster_version = target

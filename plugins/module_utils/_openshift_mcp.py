@@ -1,0 +1,286 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""MachineConfigPool logic without I/O: pool state, degraded nodes, canary pools, pause writes
+(collection-internal).
+
+Facts used (openshift/api ``machineconfiguration/v1/types.go``, openshift/machine-config-operator
+``pkg/controller/node`` and the OpenShift docs "Performing a canary rollout update"):
+
+- A pool is done when ``Updated=True``, ``Updating=False``, ``machineCount == updatedMachineCount ==
+  readyMachineCount``, ``degradedMachineCount == 0`` and ``status.observedGeneration`` has caught up
+  with ``metadata.generation``; ``Degraded``/``NodeDegraded`` True means a node failed to apply its
+  config (the node's ``machineconfiguration.openshift.io/state=Degraded`` annotation, with ``reason``).
+- A custom pool selects its nodes with a role label ``node-role.kubernetes.io/<pool>`` that the nodes
+  carry beside ``node-role.kubernetes.io/worker``; its ``machineConfigSelector`` takes the worker
+  configs and its own (``machineconfiguration.openshift.io/role In [worker, <pool>]``). A node in
+  ``worker`` and one custom pool belongs to the custom pool; in two custom pools it is an error.
+- ``spec.paused`` holds rendering and node updates, and also the kubelet client CA rotation
+  (a new certificate at 292 days, the old one removed at 365): a pool must not stay paused long.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+MCO_PREFIX = "machineconfiguration.openshift.io/"
+CURRENT_CONFIG = MCO_PREFIX + "currentConfig"
+DESIRED_CONFIG = MCO_PREFIX + "desiredConfig"
+MCD_STATE = MCO_PREFIX + "state"
+MCD_REASON = MCO_PREFIX + "reason"
+ROLE_LABEL_PREFIX = "node-role.kubernetes.io/"
+MC_ROLE_LABEL = MCO_PREFIX + "role"
+# Set by this collection when it pauses a pool, so an age can be told later (the API keeps none).
+PAUSED_AT_ANNOTATION = "gpufleet.io/paused-at"
+PAUSED_REASON_ANNOTATION = "gpufleet.io/paused-reason"
+STATE_DEGRADED = "Degraded"
+STATE_DONE = "Done"
+
+
+def _conditions(obj: Mapping[str, Any]) -> Dict[str, Dict[str, Any]]:
+    return {str(c.get("type")): dict(c) for c in ((obj.get("status") or {}).get("conditions") or [])}
+
+
+def _is_true(conditions: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
+    return str((conditions.get(kind) or {}).get("status")) == "True"
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """What a MachineConfigPool says about itself."""
+
+    name: str
+    paused: bool
+    generation: int
+    observed_generation: int
+    machine_count: int
+    updated_count: int
+    ready_count: int
+    unavailable_count: int
+    degraded_count: int
+    target_config: str
+    current_config: str
+    updated: bool
+    updating: bool
+    degraded: bool
+    degraded_message: str
+    paused_at: str = ""
+    paused_reason: str = ""
+
+    @property
+    def settled(self) -> bool:
+        """Every machine runs the pool's target config and is ready; nothing degraded."""
+        return (
+            self.updated
+            and not self.updating
+            and not self.degraded
+            and self.degraded_count == 0
+            and self.machine_count == self.updated_count == self.ready_count
+            and self.observed_generation >= self.generation
+        )
+
+    def summary(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "paused": self.paused,
+            "updated": self.updated,
+            "updating": self.updating,
+            "degraded": self.degraded,
+            "settled": self.settled,
+            "machine_count": self.machine_count,
+            "updated_machine_count": self.updated_count,
+            "ready_machine_count": self.ready_count,
+            "unavailable_machine_count": self.unavailable_count,
+            "degraded_machine_count": self.degraded_count,
+            "target_config": self.target_config,
+            "current_config": self.current_config,
+            "paused_at": self.paused_at or None,
+            "paused_reason": self.paused_reason or None,
+        }
+
+
+def pool_state(pool: Mapping[str, Any]) -> PoolState:
+    meta = pool.get("metadata") or {}
+    spec = pool.get("spec") or {}
+    status = pool.get("status") or {}
+    conditions = _conditions(pool)
+    annotations = meta.get("annotations") or {}
+    degraded_message = "; ".join(
+        str((conditions.get(kind) or {}).get("message") or "")
+        for kind in ("NodeDegraded", "RenderDegraded", "Degraded")
+        if _is_true(conditions, kind) and (conditions.get(kind) or {}).get("message")
+    )
+    return PoolState(
+        name=str(meta.get("name") or ""),
+        paused=bool(spec.get("paused")),
+        generation=int(meta.get("generation") or 0),
+        observed_generation=int(status.get("observedGeneration") or 0),
+        machine_count=int(status.get("machineCount") or 0),
+        updated_count=int(status.get("updatedMachineCount") or 0),
+        ready_count=int(status.get("readyMachineCount") or 0),
+        unavailable_count=int(status.get("unavailableMachineCount") or 0),
+        degraded_count=int(status.get("degradedMachineCount") or 0),
+        target_config=str((spec.get("configuration") or {}).get("name") or ""),
+        current_config=str((status.get("configuration") or {}).get("name") or ""),
+        updated=_is_true(conditions, "Updated"),
+        updating=_is_true(conditions, "Updating"),
+        degraded=any(_is_true(conditions, kind) for kind in ("Degraded", "NodeDegraded", "RenderDegraded")),
+        degraded_message=degraded_message,
+        paused_at=str(annotations.get(PAUSED_AT_ANNOTATION) or ""),
+        paused_reason=str(annotations.get(PAUSED_REASON_ANNOTATION) or ""),
+    )
+
+
+def pool_of_config(config_name: str) -> str:
+    """``rendered-<pool>-<hash>`` -> ``<pool>`` (pool names may contain dashes; the hash has none)."""
+    if not config_name.startswith("rendered-"):
+        return ""
+    return config_name[len("rendered-") :].rsplit("-", 1)[0]
+
+
+def node_pool(node: Mapping[str, Any]) -> str:
+    """The pool a node is in, from the config the MCO gave it last."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return pool_of_config(str(annotations.get(DESIRED_CONFIG) or annotations.get(CURRENT_CONFIG) or ""))
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name") or "")
+
+
+def degraded_nodes(nodes: Sequence[Mapping[str, Any]], *, pool: str) -> List[Dict[str, str]]:
+    """Nodes of ``pool`` whose machine-config daemon reports Degraded, with its reason."""
+    found = []
+    for node in nodes:
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(MCD_STATE) == STATE_DEGRADED and node_pool(node) == pool:
+            reason = str(annotations.get(MCD_REASON) or "no reason given by the machine-config daemon")
+            found.append({"node": node_name(node), "pool": pool, "reason": reason})
+    return sorted(found, key=lambda item: item["node"])
+
+
+def role_label(pool: str) -> str:
+    return ROLE_LABEL_PREFIX + pool
+
+
+def custom_pool_body(*, name: str, paused: bool, max_unavailable: Optional[Any] = None) -> Dict[str, Any]:
+    """A custom worker pool as the OpenShift docs make one for a canary: nodes keep the worker role."""
+    spec: Dict[str, Any] = {
+        "machineConfigSelector": {
+            "matchExpressions": [{"key": MC_ROLE_LABEL, "operator": "In", "values": ["worker", name]}]
+        },
+        "nodeSelector": {"matchLabels": {role_label(name): ""}},
+        "paused": paused,
+    }
+    if max_unavailable is not None:
+        spec["maxUnavailable"] = max_unavailable
+    return {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigPool",
+        "metadata": {"name": name, "labels": {f"pools.operator.machineconfiguration.openshift.io/{name}": ""}},
+        "spec": spec,
+    }
+
+
+def matches_labels(labels: Mapping[str, Any], selector: Mapping[str, Any]) -> bool:
+    return all(str(labels.get(key)) == str(value) for key, value in selector.items())
+
+
+@dataclass
+class MembershipPlan:
+    """Role label writes that make a custom pool select exactly the member nodes."""
+
+    add: List[str] = field(default_factory=list)
+    remove: List[str] = field(default_factory=list)
+
+
+def membership_plan(
+    nodes: Sequence[Mapping[str, Any]], *, pool: str, member_selector: Optional[Mapping[str, Any]]
+) -> MembershipPlan:
+    """Nodes matching ``member_selector`` get the pool's role label; others lose it (None: remove from all)."""
+    label = role_label(pool)
+    plan = MembershipPlan()
+    for node in sorted(nodes, key=node_name):
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        wanted = member_selector is not None and matches_labels(labels, member_selector)
+        has = label in labels
+        if wanted and not has:
+            plan.add.append(node_name(node))
+        elif has and not wanted:
+            plan.remove.append(node_name(node))
+    return plan
+
+
+def pause_patch(
+    pool: Mapping[str, Any], *, paused: bool, now: str, reason: str = "", max_unavailable: Optional[Any] = None
+) -> Dict[str, Any]:
+    """The merge patch that brings ``spec.paused`` (and the pause annotations) where asked; {} when already."""
+    state = pool_state(pool)
+    spec: Dict[str, Any] = {}
+    if state.paused != paused:
+        spec["paused"] = paused
+    current_max = (pool.get("spec") or {}).get("maxUnavailable")
+    if max_unavailable is not None and str(current_max) != str(max_unavailable):
+        spec["maxUnavailable"] = max_unavailable
+    annotations: Dict[str, Any] = {}
+    if paused and not state.paused_at:
+        # A pool someone else paused gets its age counted from now: the API keeps no time of the pause.
+        annotations[PAUSED_AT_ANNOTATION] = now
+    if paused and reason and state.paused_reason != reason:
+        annotations[PAUSED_REASON_ANNOTATION] = reason
+    if not paused and state.paused_at:
+        annotations[PAUSED_AT_ANNOTATION] = None
+    if not paused and state.paused_reason:
+        annotations[PAUSED_REASON_ANNOTATION] = None
+    patch: Dict[str, Any] = {}
+    if spec:
+        patch["spec"] = spec
+    if annotations:
+        patch["metadata"] = {"annotations": annotations}
+    return patch
+
+
+def parse_time(text: str) -> Optional[datetime.datetime]:
+    if not text:
+        return None
+    try:
+        moment = datetime.datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S%z")
+    except ValueError:
+        return None
+    return moment.astimezone(datetime.timezone.utc)
+
+
+def paused_hours(state: PoolState, *, now: datetime.datetime) -> Optional[float]:
+    since = parse_time(state.paused_at)
+    if not state.paused or since is None:
+        return None
+    return max(0.0, (now - since).total_seconds() / 3600.0)
+
+
+def normalized_pool(pool: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """For diffs: metadata the user owns and the spec, server-managed fields removed."""
+    if not pool:
+        return {}
+    meta = pool.get("metadata") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("gpufleet.io/")},
+        },
+        "spec": {k: v for k, v in (pool.get("spec") or {}).items() if k != "configuration"},
+    }
+
+
+def apply_patch(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> Dict[str, Any]:
+    """RFC 7386 merge patch applied to a copy (for the diff's after)."""
+    result: Dict[str, Any] = dict(obj)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = apply_patch(result[key], value)
+        else:
+            result[key] = value
+    return result

@@ -1,0 +1,733 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""API access of the OpenShift modules: machineconfigpool, clusterversion_update, gpu_kernel_interlock
+(collection-internal).
+
+Each ``run_*`` reads, decides with the pure functions of ``_openshift_mcp``, ``_openshift_cv`` and
+``_openshift_interlock``, writes resourceVersion-guarded merge patches (check mode stops before any
+write) and waits with the collection's one bounded loop. Everything it decides from is on the cluster
+(pool pause annotations, ``spec.desiredUpdate``, build pods named after what they build), so a run
+that was interrupted continues when run again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
+    InvalidInputError,
+    KubeApiError,
+    RolloutHaltedError,
+    WaitTimeoutError,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    CLUSTER_POLICIES,
+    CLUSTER_VERSIONS,
+    IMAGE_STREAMS,
+    MACHINE_CONFIG_POOLS,
+    NIC_CLUSTER_POLICIES,
+    NODES,
+    PODS,
+    KubeApi,
+    ResourceRef,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_check import MatrixSource, read_catalog
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_cv import (
+    desired_update_patch,
+    minor_of,
+    progress_line,
+    refusal,
+    update_state,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_interlock import (
+    DTK_IMAGESTREAM,
+    DTK_NAMESPACE,
+    ERROR,
+    INFO,
+    WARN,
+    BuildOutcome,
+    Finding,
+    build_outcome,
+    build_pod,
+    driver_image,
+    driver_toolkit,
+    halted,
+    matrix_findings,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp import (
+    CURRENT_CONFIG,
+    DESIRED_CONFIG,
+    MCD_STATE,
+    STATE_DONE,
+    PoolState,
+    apply_patch,
+    custom_pool_body,
+    degraded_nodes,
+    membership_plan,
+    node_name,
+    node_pool,
+    normalized_pool,
+    pause_patch,
+    paused_hours,
+    pool_state,
+    role_label,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
+
+CONFLICT_ATTEMPTS = 5
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def iso(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Clock:
+    monotonic: Callable[[], float] = time.monotonic
+    pause: Callable[[float], None] = time.sleep
+    now: Callable[[], datetime.datetime] = utc_now
+
+
+@dataclass(frozen=True)
+class WaitOptions:
+    wait: bool = True
+    timeout: float = 3600.0
+    sleep: float = 10.0
+
+
+def _guarded_merge(
+    api: KubeApi, ref: ResourceRef, name: str, compute: Callable[[Dict[str, Any]], Dict[str, Any]]
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Read, compute the patch, send it with the resourceVersion it was computed from; on 409 do it again.
+
+    Returns (object before, patch sent); the patch is {} when nothing needed to change.
+    """
+    for _attempt in range(CONFLICT_ATTEMPTS):
+        current = api.get(ref, name)
+        if current is None:
+            raise InvalidInputError(f"{ref.kind} {name} does not exist")
+        patch = compute(current)
+        if not patch:
+            return current, {}
+        body = apply_patch(patch, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}})
+        try:
+            api.patch(ref, name, body)
+        except KubeApiError as err:
+            if err.status == 409:
+                continue
+            raise
+        return current, patch
+    raise KubeApiError(f"{ref.kind} {name} kept changing under this write ({CONFLICT_ATTEMPTS} conflicts in a row)")
+
+
+# -- MachineConfigPool --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    name: str
+    state: str  # paused | unpaused | present | absent
+    member_selector: Optional[Dict[str, str]] = None
+    paused: Optional[bool] = None  # state=present only
+    max_unavailable: Optional[Any] = None
+    pause_reason: str = ""
+    wait: WaitOptions = field(default_factory=WaitOptions)
+    check_mode: bool = False
+    diff: bool = False
+
+
+class NodeTimeline:
+    """Per node of a pool: when it was handed a new config, whether it rebooted, when it was done.
+
+    A node that went through its whole update between two looks is still recorded (its current config or
+    boot ID changed), with ``started_at`` unknown.
+    """
+
+    def __init__(self) -> None:
+        self.entries: Dict[str, Dict[str, Any]] = {}
+        self.first_seen: Dict[str, Tuple[str, str]] = {}  # node -> (config, boot ID) at the first look
+
+    def observe(self, nodes: List[Dict[str, Any]], *, pool: str, at: str) -> None:
+        for node in nodes:
+            name = node_name(node)
+            annotations = (node.get("metadata") or {}).get("annotations") or {}
+            boot_id = str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+            current, desired = str(annotations.get(CURRENT_CONFIG) or ""), str(annotations.get(DESIRED_CONFIG) or "")
+            state = str(annotations.get(MCD_STATE) or "")
+            first_config, first_boot = self.first_seen.setdefault(name, (current, boot_id))
+            busy = current != desired or state != STATE_DONE
+            moved = current != first_config or boot_id != first_boot
+            entry = self.entries.get(name)
+            if entry is None and (busy or moved):
+                entry = self.entries[name] = {
+                    "node": name,
+                    "pool": pool,
+                    "from_config": first_config,
+                    "to_config": desired,
+                    "started_at": at if busy and not moved else None,
+                    "rebooted": False,
+                    "done_at": None,
+                    "state": state,
+                }
+            if entry is None:
+                continue
+            entry.update(state=state, to_config=desired)
+            if boot_id and boot_id != first_boot:
+                entry["rebooted"] = True
+            if not busy and moved and entry["done_at"] is None:
+                entry["done_at"] = at
+
+    def as_list(self) -> List[Dict[str, Any]]:
+        return [self.entries[name] for name in sorted(self.entries)]
+
+
+def _pool_nodes(api: KubeApi, pool: str) -> List[Dict[str, Any]]:
+    return [node for node in api.list(NODES) if node_pool(node) == pool]
+
+
+def wait_for_pool(
+    api: KubeApi,
+    *,
+    name: str,
+    wait: WaitOptions,
+    clock: Clock,
+    result: Dict[str, Any],
+    settled: Optional[Callable[[PoolState], bool]] = None,
+) -> PoolState:
+    """Until the pool is Updated (all counts equal) or Degraded (then halt naming the nodes), bounded."""
+    timeline = NodeTimeline()
+    done = settled or (lambda state: state.settled)
+
+    def observe() -> Tuple[PoolState, List[Dict[str, Any]]]:
+        pool = api.get(MACHINE_CONFIG_POOLS, name)
+        if pool is None:
+            raise InvalidInputError(f"MachineConfigPool {name} disappeared while waiting for it")
+        nodes = _pool_nodes(api, name)
+        timeline.observe(nodes, pool=name, at=iso(clock.now()))
+        return pool_state(pool), nodes
+
+    def finished(observation: Tuple[PoolState, List[Dict[str, Any]]]) -> bool:
+        state, nodes = observation
+        return done(state) or state.degraded or bool(degraded_nodes(nodes, pool=name))
+
+    try:
+        outcome = wait_until(
+            observe,
+            finished,
+            timeout=wait.timeout,
+            sleep=wait.sleep,
+            what=f"MachineConfigPool {name} to be Updated",
+            clock=clock.monotonic,
+            pause=clock.pause,
+        )
+    except WaitTimeoutError as err:
+        last = err.result.get("last")
+        if last is not None:
+            result["pool"] = last[0].summary()
+        result["timeline"] = timeline.as_list()
+        progress = _pool_progress(last[0]) if last else "never read"
+        raise WaitTimeoutError(f"{err.msg} ({progress})", result=result) from err
+    state, nodes = outcome.value
+    result["pool"] = state.summary()
+    result["timeline"] = timeline.as_list()
+    result["wait_elapsed"] = round(outcome.elapsed, 3)
+    failing = degraded_nodes(nodes, pool=name)
+    if failing or (state.degraded and not done(state)):
+        result["degraded_nodes"] = failing
+        result["failures"] = failing or [{"node": "", "pool": name, "reason": state.degraded_message}]
+        named = "; ".join(f"{item['node']}: {item['reason']}" for item in failing) or state.degraded_message
+        raise RolloutHaltedError(
+            f"MachineConfigPool {name} is Degraded: {named}",
+            node=failing[0]["node"] if failing else "",
+            result=result,
+        )
+    return state
+
+
+def _pool_progress(state: PoolState) -> str:
+    return (
+        f"{state.updated_count}/{state.machine_count} updated, {state.ready_count} ready, "
+        f"{state.unavailable_count} unavailable, {state.degraded_count} degraded"
+    )
+
+
+def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional[Clock] = None) -> Dict[str, Any]:
+    clock = clock or Clock()
+    started = clock.monotonic()
+    result: Dict[str, Any] = {"changed": False, "name": options.name, "state": options.state, "patches": []}
+    current = api.get(MACHINE_CONFIG_POOLS, options.name)
+    before = normalized_pool(current)
+    after: Dict[str, Any] = dict(before)
+    if current is None and options.state in ("paused", "unpaused"):
+        raise InvalidInputError(f"MachineConfigPool {options.name} does not exist")
+    if options.state in ("present", "absent"):
+        nodes = api.list(NODES)
+        membership = membership_plan(
+            nodes,
+            pool=options.name,
+            member_selector=options.member_selector if options.state == "present" else None,
+        )
+        result["members_added"], result["members_removed"] = membership.add, membership.remove
+    if options.state == "present" and current is None:
+        body = custom_pool_body(name=options.name, paused=bool(options.paused), max_unavailable=options.max_unavailable)
+        if options.paused:
+            body["metadata"]["annotations"] = {"gpufleet.io/paused-at": iso(clock.now())}
+        after = normalized_pool(body)
+        result["changed"] = True
+        if not options.check_mode:
+            api.create(MACHINE_CONFIG_POOLS, body)
+            result["patches"].append({"op": "create", "kind": "MachineConfigPool", "name": options.name})
+    elif options.state in ("paused", "unpaused", "present") and current is not None:
+        wanted_paused = {"paused": True, "unpaused": False}.get(options.state, options.paused)
+        stamp = iso(clock.now())
+
+        def compute(obj: Dict[str, Any]) -> Dict[str, Any]:
+            if wanted_paused is None:
+                spec = obj.get("spec") or {}
+                if options.max_unavailable is None or str(spec.get("maxUnavailable")) == str(options.max_unavailable):
+                    return {}
+                return {"spec": {"maxUnavailable": options.max_unavailable}}
+            return pause_patch(
+                obj,
+                paused=bool(wanted_paused),
+                now=stamp,
+                reason=options.pause_reason,
+                max_unavailable=options.max_unavailable,
+            )
+
+        patch = compute(current)
+        if patch:
+            result["changed"] = True
+            after = normalized_pool(apply_patch(current, patch))
+            if not options.check_mode:
+                _seen, sent = _guarded_merge(api, MACHINE_CONFIG_POOLS, options.name, compute)
+                if sent:
+                    result["patches"].append({"op": "patch", "kind": "MachineConfigPool", "name": options.name,
+                                              "patch": sent})  # fmt: skip
+    if options.state in ("present", "absent"):
+        label = role_label(options.name)
+        for node in result["members_added"]:
+            result["changed"] = True
+            if not options.check_mode:
+                api.patch(NODES, node, {"metadata": {"labels": {label: ""}}})
+                result["patches"].append({"op": "patch", "kind": "Node", "name": node, "labels": {label: ""}})
+        for node in result["members_removed"]:
+            result["changed"] = True
+            if not options.check_mode:
+                api.patch(NODES, node, {"metadata": {"labels": {label: None}}})
+                result["patches"].append({"op": "patch", "kind": "Node", "name": node, "labels": {label: None}})
+    if options.state == "absent" and current is not None:
+        result["changed"] = True
+        after = {}
+        if not options.check_mode:
+            if options.wait.wait and result["members_removed"]:
+                # The nodes go back to the worker pool first; a pool deleted with members strands them.
+                wait_for_pool(
+                    api,
+                    name=options.name,
+                    wait=options.wait,
+                    clock=clock,
+                    result=result,
+                    settled=lambda state: state.machine_count == 0,
+                )
+            api.delete(MACHINE_CONFIG_POOLS, options.name)
+            result["patches"].append({"op": "delete", "kind": "MachineConfigPool", "name": options.name})
+    if options.diff or options.check_mode:
+        result["diff"] = {"before": before, "after": after}
+    waits = options.wait.wait and not options.check_mode and options.state in ("unpaused", "present")
+    pool_now = api.get(MACHINE_CONFIG_POOLS, options.name) if not options.check_mode else current
+    if waits and pool_now is not None and not pool_state(pool_now).paused:
+        wait_for_pool(api, name=options.name, wait=options.wait, clock=clock, result=result)
+    elif pool_now is not None:
+        result["pool"] = pool_state(pool_now).summary()
+    result.setdefault("timeline", [])
+    result.setdefault("degraded_nodes", [])
+    result.setdefault("failures", [])
+    result["elapsed"] = round(clock.monotonic() - started, 3)
+    result["api_requests"] = api.requests_sent
+    return result
+
+
+# -- ClusterVersion -----------------------------------------------------------------------------------
+
+CLUSTER_VERSION_NAME = "version"
+
+
+@dataclass(frozen=True)
+class ClusterVersionOptions:
+    version: str
+    image: Optional[str] = None
+    channel: Optional[str] = None
+    force: bool = False
+    preflight_only: bool = False
+    paused_age_warning_hours: float = 720.0
+    pools: Optional[List[str]] = None
+    wait: WaitOptions = field(default_factory=WaitOptions)
+    check_mode: bool = False
+    diff: bool = False
+
+
+def cluster_preflight(
+    cv: Mapping[str, Any],
+    pools: List[Dict[str, Any]],
+    nodes: List[Dict[str, Any]],
+    *,
+    version: str,
+    now: datetime.datetime,
+    paused_age_warning_hours: float,
+) -> List[Finding]:
+    """Every pool Updated and none degraded, the cluster upgradeable, no pool paused for too long.
+
+    A run resuming its own update (``spec.desiredUpdate`` already asks for ``version``) finds pools
+    paused and rolling by its own hand: those are reported, not refused.
+    """
+    state = update_state(cv, version=version)
+    # Pools paused or rolling by this update's own hand (a run interrupted and started again) are expected.
+    resuming = version in (state.requested, state.desired)
+    findings: List[Finding] = []
+    why_not = refusal(state, version=version)
+    if why_not:
+        findings.append(Finding("cluster_version", ERROR, why_not))
+    elif state.current == version:
+        findings.append(Finding("cluster_version", INFO, f"the control plane already runs OpenShift {version}"))
+    elif resuming:
+        findings.append(Finding("cluster_version", INFO, f"resuming: the cluster is updating to {version}"))
+    else:
+        upgradeable = state.condition("Upgradeable")
+        severity = WARN if upgradeable == "False" else INFO
+        kind = "z-stream" if minor_of(version) == minor_of(state.current) else "minor"
+        message = f"OpenShift {state.current} -> {version} ({kind} update); Upgradeable={upgradeable}"
+        findings.append(Finding("cluster_version", severity, f"{message} {state.message('Upgradeable')}".strip()))
+    for pool in pools:
+        pool_view = pool_state(pool)
+        failing = degraded_nodes(nodes, pool=pool_view.name)
+        if pool_view.degraded or failing:
+            named = "; ".join(f"{item['node']}: {item['reason']}" for item in failing) or pool_view.degraded_message
+            findings.append(Finding("pool_degraded", ERROR, f"MachineConfigPool {pool_view.name} is degraded: {named}"))
+            continue
+        hours = paused_hours(pool_view, now=now)
+        if pool_view.paused:
+            if hours is None:
+                findings.append(
+                    Finding(
+                        "pool_paused",
+                        WARN,
+                        f"MachineConfigPool {pool_view.name} is paused and nobody recorded since when; a pool paused "
+                        "for months holds the kubelet client CA rotation (new certificate at 292 days)",
+                    )
+                )
+            elif hours >= paused_age_warning_hours:
+                findings.append(
+                    Finding(
+                        "pool_paused",
+                        WARN,
+                        f"MachineConfigPool {pool_view.name} has been paused for {hours:.0f} h (warning at "
+                        f"{paused_age_warning_hours:.0f} h): a paused pool holds the kubelet client CA rotation",
+                    )
+                )
+            else:
+                findings.append(
+                    Finding("pool_paused", INFO, f"MachineConfigPool {pool_view.name} paused for {hours:.1f} h")
+                )
+        elif not pool_view.settled and not resuming:
+            findings.append(
+                Finding(
+                    "pool_not_updated",
+                    ERROR,
+                    f"MachineConfigPool {pool_view.name} is not Updated ({_pool_progress(pool_view)}): another "
+                    "change is rolling; let it finish first",
+                )
+            )
+    return findings
+
+
+def run_clusterversion_update(
+    api: KubeApi, options: ClusterVersionOptions, *, clock: Optional[Clock] = None
+) -> Dict[str, Any]:
+    clock = clock or Clock()
+    started = clock.monotonic()
+    cv = api.get(CLUSTER_VERSIONS, CLUSTER_VERSION_NAME)
+    if cv is None:
+        raise InvalidInputError("ClusterVersion 'version' does not exist: this is not an OpenShift cluster")
+    pools = api.list(MACHINE_CONFIG_POOLS)
+    if options.pools:
+        pools = [p for p in pools if (p.get("metadata") or {}).get("name") in options.pools]
+    findings = cluster_preflight(
+        cv,
+        pools,
+        api.list(NODES),
+        version=options.version,
+        now=clock.now(),
+        paused_age_warning_hours=options.paused_age_warning_hours,
+    )
+    state = update_state(cv, version=options.version)
+    result: Dict[str, Any] = {
+        "changed": False,
+        "version": options.version,
+        "preflight": {
+            "ok": not halted(findings),
+            "findings": [finding.as_dict() for finding in findings],
+            "pools": [pool_state(p).summary() for p in pools],
+        },
+        "cluster_version": state.summary(),
+        "progress": [],
+        "history": state.history,
+    }
+    if options.preflight_only:
+        result["elapsed"] = round(clock.monotonic() - started, 3)
+        result["api_requests"] = api.requests_sent
+        return result
+    why_not = refusal(state, version=options.version)
+    if why_not:
+        raise InvalidInputError(why_not, result=result)
+
+    def compute(obj: Dict[str, Any]) -> Dict[str, Any]:
+        return desired_update_patch(
+            obj, version=options.version, image=options.image, channel=options.channel, force=options.force
+        )
+
+    patch = compute(cv)
+    if patch:
+        result["changed"] = True
+        if options.diff or options.check_mode:
+            result["diff"] = {
+                "before": {"spec": {k: (cv.get("spec") or {}).get(k) for k in ("channel", "desiredUpdate")}},
+                "after": {
+                    "spec": {k: apply_patch(cv, patch).get("spec", {}).get(k) for k in ("channel", "desiredUpdate")}
+                },
+            }
+        if not options.check_mode:
+            _guarded_merge(api, CLUSTER_VERSIONS, CLUSTER_VERSION_NAME, compute)
+            result["patch"] = patch
+    if options.check_mode or not options.wait.wait:
+        result["elapsed"] = round(clock.monotonic() - started, 3)
+        result["api_requests"] = api.requests_sent
+        return result
+    progress: List[Dict[str, Any]] = result["progress"]
+
+    def observe() -> Dict[str, Any]:
+        current = api.get(CLUSTER_VERSIONS, CLUSTER_VERSION_NAME) or {}
+        line = progress_line(update_state(current, version=options.version))
+        if not progress or progress[-1]["message"] != line:
+            progress.append({"at": iso(clock.now()), "elapsed": round(clock.monotonic() - started, 3), "message": line})
+        return current
+
+    def finished(current: Dict[str, Any]) -> bool:
+        view = update_state(current, version=options.version)
+        return view.completed or view.failing
+
+    try:
+        outcome = wait_until(
+            observe,
+            finished,
+            timeout=options.wait.timeout,
+            sleep=options.wait.sleep,
+            what=f"the cluster to complete the update to {options.version}",
+            clock=clock.monotonic,
+            pause=clock.pause,
+        )
+    except WaitTimeoutError as err:
+        last = err.result.get("last") or cv
+        result["cluster_version"] = update_state(last, version=options.version).summary()
+        result["elapsed"] = round(clock.monotonic() - started, 3)
+        raise WaitTimeoutError(f"{err.msg}: {progress[-1]['message'] if progress else ''}", result=result) from err
+    final = update_state(outcome.value, version=options.version)
+    result["cluster_version"] = final.summary()
+    result["history"] = final.history
+    result["elapsed"] = round(clock.monotonic() - started, 3)
+    result["api_requests"] = api.requests_sent
+    if final.failing:
+        raise RolloutHaltedError(
+            f"the update to {options.version} is Failing: {final.message('Failing') or 'no message'}", result=result
+        )
+    return result
+
+
+# -- kernel interlock -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InterlockOptions:
+    target: Dict[str, Any]
+    previous: Optional[Dict[str, Any]] = None
+    catalog_path: Optional[str] = None
+    rhcos: Optional[str] = None
+    check_matrix: bool = True
+    check_driver_toolkit: bool = True
+    build_check: bool = True
+    build_namespace: Optional[str] = None
+    wait: WaitOptions = field(default_factory=WaitOptions)
+    check_mode: bool = False
+
+
+def _first(api: KubeApi, ref: ResourceRef) -> Optional[Dict[str, Any]]:
+    try:
+        items = api.list(ref)
+    except KubeApiError as err:
+        if err.status == 404:
+            return None
+        raise
+    items.sort(key=lambda item: str((item.get("metadata") or {}).get("creationTimestamp") or ""))
+    return items[0] if items else None
+
+
+def _build_specs(api: KubeApi, options: InterlockOptions, rhcos: str) -> Tuple[List[Dict[str, Any]], str]:
+    """What to build: the GPU driver of the ClusterPolicy and the MOFED/DOCA driver of the NicClusterPolicy."""
+    specs: List[Dict[str, Any]] = []
+    namespace = options.build_namespace or ""
+    policy = _first(api, CLUSTER_POLICIES)
+    if policy is not None:
+        driver = (policy.get("spec") or {}).get("driver") or {}
+        version = str(options.target.get("gpu_driver") or driver.get("version") or "")
+        namespace = namespace or str((policy.get("status") or {}).get("namespace") or "")
+        if version and driver.get("enabled", True):
+            specs.append(
+                {"what": "gpu-driver", "version": version, "image": driver_image(driver, version=version, rhcos=rhcos)}
+            )
+    nic_policy = _first(api, NIC_CLUSTER_POLICIES)
+    ofed = ((nic_policy or {}).get("spec") or {}).get("ofedDriver") or {}
+    if ofed:
+        version = str(options.target.get("mofed") or ofed.get("version") or "")
+        if version:
+            specs.append(
+                {
+                    "what": "mofed-driver",
+                    "version": version,
+                    "image": driver_image(ofed, version=version, rhcos=rhcos, suffix="-amd64"),
+                }
+            )
+    return specs, namespace or "default"
+
+
+def _run_builds(
+    api: KubeApi, *, specs: List[Dict[str, Any]], namespace: str, dtk_image: str, rhcos: str, options: InterlockOptions,
+    clock: Clock,
+) -> List[Dict[str, Any]]:  # fmt: skip
+    builds = []
+    for spec in specs:
+        digest = hashlib.sha256(f"{spec['image']}|{dtk_image}".encode()).hexdigest()[:8]
+        name = f"gpufleet-build-{spec['what']}-{digest}"
+        existing = api.get(PODS, name, namespace=namespace)
+        if existing is not None and build_outcome(existing).done and not build_outcome(existing).succeeded:
+            # A failed build from an earlier run is tried again: the cause may have been fixed since.
+            api.delete(PODS, name, namespace=namespace, grace_period_seconds=0)
+            existing = None
+        if existing is None:
+            body = build_pod(
+                name=name,
+                namespace=namespace,
+                dtk_image=dtk_image,
+                builder_image=spec["image"],
+                driver_version=spec["version"],
+                what=spec["what"],
+                rhcos=rhcos,
+            )
+            try:
+                api.create(PODS, body, namespace=namespace)
+            except KubeApiError as err:
+                if err.status != 409:
+                    raise
+        builds.append({**spec, "pod": f"{namespace}/{name}", "name": name, "rhcos": rhcos, "dtk_image": dtk_image})
+    for build in builds:
+        pod_name = str(build["name"])
+
+        def observe(pod_name: str = pod_name) -> BuildOutcome:
+            return build_outcome(api.get(PODS, pod_name, namespace=namespace))
+
+        def done(seen: BuildOutcome) -> bool:
+            return seen.done
+
+        try:
+            outcome = wait_until(
+                observe,
+                done,
+                timeout=options.wait.timeout,
+                sleep=options.wait.sleep,
+                what=f"the {build['what']} {build['version']} build on RHCOS {rhcos}",
+                clock=clock.monotonic,
+                pause=clock.pause,
+            )
+            seen = outcome.value
+        except WaitTimeoutError as err:
+            last = err.result.get("last")
+            build.update(succeeded=False, message=f"{err.msg}: {last.message if last else ''}")
+            continue
+        build.update(succeeded=seen.succeeded, message=seen.message)
+        # The outcome is recorded in the result; the finished pod is not needed any more.
+        api.delete(PODS, build["name"], namespace=namespace)
+    return builds
+
+
+def run_kernel_interlock(api: KubeApi, options: InterlockOptions, *, clock: Optional[Clock] = None) -> Dict[str, Any]:
+    clock = clock or Clock()
+    started = clock.monotonic()
+    findings: List[Finding] = []
+    openshift = str(options.target.get("openshift") or "")
+    if options.check_matrix:
+        catalog = read_catalog(MatrixSource(catalog_path=options.catalog_path))
+        findings += matrix_findings(options.target, previous=options.previous, catalog=catalog)
+    result: Dict[str, Any] = {"changed": False, "openshift": openshift, "kernel": options.target.get("kernel")}
+    toolkit = None
+    if options.check_driver_toolkit or options.build_check:
+        imagestream = api.get(IMAGE_STREAMS, DTK_IMAGESTREAM, namespace=DTK_NAMESPACE)
+        toolkit = driver_toolkit(imagestream, rhcos=options.rhcos)
+        if toolkit is None:
+            wanted = options.rhcos or "the RHCOS the 'latest' tag points at"
+            findings.append(
+                Finding(
+                    "driver_toolkit",
+                    ERROR,
+                    f"ImageStream {DTK_NAMESPACE}/{DTK_IMAGESTREAM} has no tag for {wanted}"
+                    + ("" if imagestream else " (the ImageStream does not exist)")
+                    + ": the GPU Operator cannot build the driver for the new kernel",
+                )
+            )
+        else:
+            findings.append(
+                Finding("driver_toolkit", INFO, f"driver toolkit for RHCOS {toolkit.rhcos}: {toolkit.image}")
+            )
+            result["rhcos"], result["dtk_image"] = toolkit.rhcos, toolkit.image
+    builds: List[Dict[str, Any]] = []
+    if options.build_check and toolkit is not None:
+        specs, namespace = _build_specs(api, options, toolkit.rhcos)
+        if options.check_mode:
+            findings.append(
+                Finding("driver_build", INFO, f"check mode: would build {[s['what'] for s in specs]} on the DTK")
+            )
+        elif halted(findings):
+            findings.append(Finding("driver_build", INFO, "not attempted: an earlier check already stops the reboot"))
+        else:
+            result["changed"] = bool(specs)
+            builds = _run_builds(
+                api, specs=specs, namespace=namespace, dtk_image=toolkit.image, rhcos=toolkit.rhcos, options=options,
+                clock=clock,
+            )  # fmt: skip
+            for build in builds:
+                verb = "builds" if build["succeeded"] else "does not build"
+                findings.append(
+                    Finding(
+                        f"{build['what']}_build",
+                        INFO if build["succeeded"] else ERROR,
+                        f"{build['what']} {build['version']} {verb} for RHCOS {toolkit.rhcos}: {build['message']}",
+                    )
+                )
+    result.update(
+        builds=builds,
+        findings=[finding.as_dict() for finding in findings],
+        halted=halted(findings),
+        elapsed=round(clock.monotonic() - started, 3),
+        api_requests=api.requests_sent,
+    )
+    if result["halted"]:
+        errors = "; ".join(f.message for f in findings if f.severity == ERROR)
+        result["failures"] = [{"node": "", "reason": f.message} for f in findings if f.severity == ERROR]
+        raise RolloutHaltedError(f"GPU nodes must not reboot into the new RHCOS: {errors}", result=result)
+    return result

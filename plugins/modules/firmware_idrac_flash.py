@@ -1,0 +1,342 @@
+#!/usr/bin/python
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: firmware_idrac_flash
+short_description: Flash NIC, BIOS or BMC firmware through one Redfish BMC (Dell iDRAC and DMTF services)
+version_added: 0.1.0
+description:
+  - Reads the BMC's C(FirmwareInventory), picks the components to update by name, Id or FQDD pattern
+    (C(ConnectX-7), C(NIC.Slot.3-*), C(BIOS), C(iDRAC)) and compares the installed version with the target by value;
+    a component already at its target is left alone and the task reports no change.
+  - Mellanox/NVIDIA adapter firmware is compared in the matrix's firmware grammar, where iDRAC's C(28.39.10.02) and
+    mlxfwmanager's C(28.39.1002) are the same version; other firmware compares field by field, numerically.
+  - Checks each local image's sha256 before anything is sent to the BMC, and the sha256 of an image served over
+    HTTP(S) (downloaded once) before the BMC is asked to fetch it. A mismatch fails the task and nothing is uploaded.
+  - Pushes local images with the UpdateService's C(MultipartHttpPushUri), images given by URL with C(SimpleUpdate)
+    (C(ImageURI)), then follows the Redfish task (on an iDRAC, the Dell job, which survives a BMC restart) with a
+    bounded wait. Updates apply C(OnReset) or C(Immediate) (C(@Redfish.OperationApplyTime)).
+  - With O(reboot=true), resets the host (C(ComputerSystem.Reset)), follows the jobs to their end, waits for the host
+    and a restarting BMC to come back, then reads C(FirmwareInventory) again and fails unless every device runs its
+    target. The session is logged out in every case.
+  - With O(rollback=true), flashes the C(Previous-) image the iDRAC keeps for each matched device (Dell's documented
+    rollback, C(SimpleUpdate) with the C(Previous-) member as C(ImageURI)) instead of an image.
+  - Firmware jobs already waiting for a host reset (a run interrupted before its reboot) are applied first with
+    O(reboot=true); without it nothing more is scheduled and a warning says so.
+  - URIs come from the service root (no vendor paths in the generic client); iDRAC specifics (job URIs, member ids,
+    rollback) live in one adapter. Failures carry the BMC's own message (C(@Message.ExtendedInfo), the job's
+    C(Message) and C(MessageId)), the BMC's address and the job id.
+author:
+  - gpufleet.upgrade maintainers (@gpufleet)
+attributes:
+  check_mode:
+    support: full
+    description: Reads the inventory and reports what would be flashed (and the checksums); uploads nothing.
+  diff_mode:
+    support: full
+    description: Per device, the firmware version before and after.
+options:
+  baseurl:
+    description: The BMC, C(https://host[:port]).
+    type: str
+    required: true
+  username:
+    description: BMC user. Falls back to the environment variable E(REDFISH_USERNAME).
+    type: str
+    required: true
+  password:
+    description: BMC password. Falls back to the environment variable E(REDFISH_PASSWORD). Never logged.
+    type: str
+    required: true
+  validate_certs:
+    description: Verify the BMC's TLS certificate. Leave on; give the CA with O(ca_path).
+    type: bool
+    default: true
+  ca_path:
+    description: PEM file of the CA that signed the BMC's certificate.
+    type: path
+  timeout:
+    description: Seconds one HTTP request may take (an image upload gets at least 300).
+    type: int
+    default: 30
+  components:
+    description: The components to bring to a version.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      match:
+        description:
+          - Which inventory members, as a shell-style glob (when it holds C(*), C(?) or C([)) or a substring,
+            tested case-insensitively against each member's C(Name), C(Id) and FQDD.
+        type: str
+        required: true
+      version:
+        description:
+          - Target version. Required unless O(rollback=true); with O(rollback=true) it names the version the
+            C(Previous-) image must have (and makes a repeated rollback a no-op).
+        type: str
+      image_path:
+        description: Local image file, pushed with C(MultipartHttpPushUri). Needs O(components[].sha256).
+        type: path
+      image_uri:
+        description: HTTP(S) URL the BMC fetches the image from (C(SimpleUpdate)).
+        type: str
+      sha256:
+        description: The image's sha256 (64 hex digits, optionally prefixed C(sha256:)).
+        type: str
+      name:
+        description:
+          - A label for the result, for example the matrix key C(firmware_cx7). Defaults to O(components[].match).
+        type: str
+  apply_time:
+    description: When the BMC applies the update. C(Immediate) makes the BMC reboot the host itself for host components.
+    type: str
+    choices: [OnReset, Immediate]
+    default: OnReset
+  reboot:
+    description: Reset the host to apply updates scheduled C(OnReset), wait for it and verify the new versions.
+    type: bool
+    default: false
+  reset_type:
+    description: C(ResetType) of the host reset.
+    type: str
+    choices: [GracefulRestart, ForceRestart, PowerCycle]
+    default: GracefulRestart
+  rollback:
+    description: Flash the C(Previous-) image the BMC keeps for each matched device instead of an image.
+    type: bool
+    default: false
+  allow_downgrade:
+    description: Flash a target older than the installed version (otherwise the task fails naming both).
+    type: bool
+    default: false
+  job_timeout:
+    description: Seconds to wait for each update job to be scheduled or done.
+    type: int
+    default: 1800
+  reboot_timeout:
+    description: Seconds to wait for the jobs that run during the reboot and for the host to come back.
+    type: int
+    default: 1800
+  wait_sleep:
+    description: Seconds between two looks at a job or the host.
+    type: float
+    default: 5
+notes:
+  - Uses Ansible's own URL helpers; no client library is needed.
+  - Sessions (C(X-Auth-Token)) when the service offers them, HTTP basic auth otherwise; a session that dies while
+    the BMC restarts (its own update) is renewed.
+seealso:
+  - module: gpufleet.upgrade.nic_firmware_rollout
+"""
+
+EXAMPLES = r"""
+- name: Flash ConnectX-7 firmware and reboot to apply it
+  gpufleet.upgrade.firmware_idrac_flash:
+    baseurl: https://idrac-gpu-worker-003.example.com
+    username: "{{ bmc_username }}"
+    password: "{{ bmc_password }}"
+    ca_path: /etc/pki/idrac-ca.pem
+    components:
+      - name: firmware_cx7
+        match: ConnectX-7
+        version: "28.42.1000"
+        image_path: /srv/firmware/fw-ConnectX7-rel-28_42_1000.bin
+        sha256: "{{ cx7_image_sha256 }}"
+    reboot: true
+  register: flashed
+
+- name: Show what would be flashed on a BMC (no upload)
+  gpufleet.upgrade.firmware_idrac_flash:
+    baseurl: https://idrac-gpu-worker-004.example.com
+    username: "{{ bmc_username }}"
+    password: "{{ bmc_password }}"
+    components:
+      - match: BIOS
+        version: "2.4.1"
+        image_uri: http://repo.example.com/dell/BIOS_2.4.1.EXE
+        sha256: "{{ bios_image_sha256 }}"
+  check_mode: true
+
+- name: Roll the NICs back to the image the iDRAC keeps
+  gpufleet.upgrade.firmware_idrac_flash:
+    baseurl: https://idrac-gpu-worker-003.example.com
+    username: "{{ bmc_username }}"
+    password: "{{ bmc_password }}"
+    components:
+      - match: ConnectX-7
+        version: "28.39.1002"
+    rollback: true
+    reboot: true
+"""
+
+RETURN = r"""
+bmc:
+  description: The BMC's address.
+  returned: always
+  type: str
+  sample: https://127.1.0.3:41949
+adapter:
+  description: C(idrac) for a Dell iDRAC, C(dmtf) for any other Redfish service.
+  returned: when the BMC was reached
+  type: str
+  sample: idrac
+components:
+  description: Per component, what was decided and for which devices.
+  returned: when the BMC was reached
+  type: list
+  elements: dict
+  sample:
+    - component: firmware_cx7
+      match: ConnectX-7
+      target: "28.42.1000"
+      action: flash
+      reason: "8 of 8 device(s): 28.39.10.02 -> 28.42.1000"
+      devices:
+        - {device: NIC.Slot.1-1-1, id: Installed-0-28.39.10.02__NIC.Slot.1-1-1, installed: 28.39.10.02,
+           target: "28.42.1000", action: flash, name: Nvidia ConnectX-7 Single Port NDR OSFP Adapter}
+versions:
+  description: Device (FQDD) to version, before and after (after as read back from the BMC once verified).
+  returned: when the BMC was reached
+  type: dict
+  sample: {before: {NIC.Slot.1-1-1: 28.39.10.02}, after: {NIC.Slot.1-1-1: 28.42.10.00}}
+jobs:
+  description: The update jobs with their last state and the BMC's message.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {component: firmware_cx7, job_id: JID_178000000123, state: Completed, message: Job completed successfully.,
+       message_id: RED001}
+pending_jobs:
+  description: Firmware jobs that already waited for a host reset when the run began.
+  returned: always
+  type: list
+  elements: dict
+pending_reset:
+  description: Updates are scheduled and wait for a host reset (O(reboot=false)); versions are not verified yet.
+  returned: always
+  type: bool
+rebooted:
+  description: Whether the host was reset (by this task or, with C(Immediate), by the BMC).
+  returned: always
+  type: bool
+host_back_after:
+  description: Seconds from the end of the jobs until the BMC reported the host on and booted.
+  returned: when rebooted
+  type: float
+checksums:
+  description: Image label to the sha256 that was verified.
+  returned: always
+  type: dict
+elapsed:
+  description: Seconds the task took.
+  returned: always
+  type: float
+diff:
+  description: Versions before and after, with C(--diff).
+  returned: with diff mode, when the BMC was reached
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions, run_flash
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import ComponentSpec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import RedfishSettings
+
+
+def argument_spec():
+    return {
+        "baseurl": {"type": "str", "required": True},
+        "username": {"type": "str", "required": True, "fallback": (env_fallback, ["REDFISH_USERNAME"])},
+        "password": {"type": "str", "required": True, "no_log": True, "fallback": (env_fallback, ["REDFISH_PASSWORD"])},
+        "validate_certs": {"type": "bool", "default": True},
+        "ca_path": {"type": "path"},
+        "timeout": {"type": "int", "default": 30},
+        "components": {
+            "type": "list",
+            "elements": "dict",
+            "required": True,
+            "options": {
+                "match": {"type": "str", "required": True},
+                "version": {"type": "str"},
+                "image_path": {"type": "path"},
+                "image_uri": {"type": "str"},
+                "sha256": {"type": "str"},
+                "name": {"type": "str"},
+            },
+        },
+        "apply_time": {"type": "str", "choices": ["OnReset", "Immediate"], "default": "OnReset"},
+        "reboot": {"type": "bool", "default": False},
+        "reset_type": {
+            "type": "str",
+            "choices": ["GracefulRestart", "ForceRestart", "PowerCycle"],
+            "default": "GracefulRestart",
+        },
+        "rollback": {"type": "bool", "default": False},
+        "allow_downgrade": {"type": "bool", "default": False},
+        "job_timeout": {"type": "int", "default": 1800},
+        "reboot_timeout": {"type": "int", "default": 1800},
+        "wait_sleep": {"type": "float", "default": 5},
+    }
+
+
+def component_specs(entries):
+    return [
+        ComponentSpec(
+            match=entry["match"],
+            version=entry.get("version") or "",
+            image_path=entry.get("image_path") or "",
+            image_uri=entry.get("image_uri") or "",
+            sha256=entry.get("sha256") or "",
+            name=entry.get("name") or "",
+        )
+        for entry in entries
+    ]
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    params = module.params
+    try:
+        settings = RedfishSettings(
+            baseurl=params["baseurl"],
+            username=params["username"],
+            password=params["password"],
+            validate_certs=params["validate_certs"],
+            ca_path=params["ca_path"],
+            timeout=params["timeout"],
+        )
+        options = FlashOptions(
+            components=component_specs(params["components"]),
+            apply_time=params["apply_time"],
+            reboot=params["reboot"],
+            reset_type=params["reset_type"],
+            rollback=params["rollback"],
+            allow_downgrade=params["allow_downgrade"],
+            job_timeout=params["job_timeout"],
+            reboot_timeout=params["reboot_timeout"],
+            wait_sleep=params["wait_sleep"],
+            check_mode=module.check_mode,
+        )
+        result = run_flash(settings, options)
+    except GpuFleetError as err:
+        for warning in err.result.pop("warnings", []):
+            module.warn(warning)
+        module.fail_json(msg=f"Failed to flash firmware through {params['baseurl']}: {err.msg}", **err.result)
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
+    if module._diff and "versions" in result:
+        result["diff"] = {"before": result["versions"]["before"], "after": result["versions"]["after"]}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""sushy-tools' Redfish emulator, started for tests with firmware versions its fake driver lacks."""

@@ -1,0 +1,105 @@
+"""The iDRAC adapter's pure parts: member ids, inventory items from real iDRAC payloads, Dell job states."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
+    PROGRESS_COMPLETED,
+    PROGRESS_FAILED,
+    PROGRESS_RUNNING,
+    PROGRESS_SCHEDULED,
+    ServiceMap,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish_idrac import (
+    IdracAdapter,
+    inventory_item,
+    is_idrac,
+    job_progress,
+    parse_member_id,
+)
+
+SAMPLES = pathlib.Path(__file__).resolve().parents[5] / "shared" / "reference" / "samples" / "redfish"
+
+
+def sample(name: str) -> dict:
+    path = SAMPLES / name
+    if not path.exists():
+        pytest.skip(f"reference sample {name} is not available")
+    return json.loads(path.read_text())
+
+
+def test_member_ids_of_installed_previous_and_current_images() -> None:
+    assert parse_member_id("Installed-0-28.39.10.02__NIC.Slot.1-1-1") == {
+        "kind": "Installed",
+        "component_id": "0",
+        "version": "28.39.10.02",
+        "fqdd": "NIC.Slot.1-1-1",
+    }
+    assert parse_member_id("Previous-25227-3.36.36.36__iDRAC.Embedded.1-1")["kind"] == "Previous"
+    assert parse_member_id("Installed-104893-51.16.0-5150__RAID.Slot.6-1")["version"] == "51.16.0-5150"
+    assert parse_member_id("Installed-106441-ST33__Disk.Bay.0:Enclosure.Internal.0-1:RAID.Slot.6-1")["fqdd"] == (
+        "Disk.Bay.0:Enclosure.Internal.0-1:RAID.Slot.6-1"
+    )
+    assert parse_member_id("Bios")["kind"] == ""
+
+
+def test_blank_version_in_the_id_as_idrac9_4_40_printed_it() -> None:
+    """dell/iDRAC-Redfish-Scripting#80: 'Installed-0-        __NIC.Slot.1-1'; Version still tells the truth."""
+    assert parse_member_id("Installed-0-        __NIC.Slot.1-1") == {
+        "kind": "Installed",
+        "component_id": "0",
+        "version": "",
+        "fqdd": "NIC.Slot.1-1",
+    }
+    item = inventory_item({"Id": "Installed-0-        __NIC.Slot.1-1", "Name": "Intel X520", "Version": "19.5.12"})
+    assert (item.version, item.fqdd, item.kind) == ("19.5.12", "NIC.Slot.1-1", "Installed")
+
+
+def test_inventory_item_from_a_real_connectx6_member() -> None:
+    item = inventory_item(sample("dell-libredfish-mockup-member-installed-infiniband-slot-7-1-cx6-20.31.10.14.json"))
+    assert item.kind == "Installed" and item.fqdd == "InfiniBand.Slot.7-1"
+    assert item.version == "20.31.10.14" and item.mellanox
+    previous = inventory_item(sample("dell-r740-idrac9-member-previous-fc-slot-1-1.json"))
+    assert previous.kind == "Previous" and previous.device == "FC.Slot.1-1" and not previous.mellanox
+
+
+def test_collection_with_current_installed_and_previous_members() -> None:
+    """R740 iDRAC9 7.00: Current-/Installed-/Previous- triplets; only Installed- counts as what runs."""
+    collection = sample("dell-r740-idrac9-7.00.00.184-firmwareinventory-collection.json")
+    members = [{"Id": m["@odata.id"].rsplit("/", 1)[1], "@odata.id": m["@odata.id"]} for m in collection["Members"]]
+    items = IdracAdapter().inventory_items(members)
+    kinds = {item.kind for item in items}
+    assert kinds >= {"Current", "Installed", "Previous"}
+    bios = [item for item in items if item.fqdd == "BIOS.Setup.1-1"]
+    assert {(item.kind, item.version) for item in bios} >= {("Installed", "2.26.1"), ("Previous", "2.3.10")}
+
+
+def test_dell_job_states() -> None:
+    assert job_progress({"JobState": "Scheduled", "Message": "Task successfully scheduled.", "MessageId": "JCP001"}) \
+        .state == PROGRESS_SCHEDULED  # fmt: skip
+    assert job_progress({"JobState": "Downloading"}).state == PROGRESS_RUNNING
+    assert job_progress({"JobState": "RebootPending"}).state == PROGRESS_RUNNING
+    assert job_progress({"JobState": "Completed", "PercentComplete": 100}).state == PROGRESS_COMPLETED
+    failed = job_progress({"JobState": "Failed", "Message": "Unable to verify Update Package signature.",
+                           "MessageId": "RED007"})  # fmt: skip
+    assert (failed.state, failed.message_id) == (PROGRESS_FAILED, "RED007")
+
+
+def test_completed_with_errors_is_a_failure() -> None:
+    """A real iDRAC job (multi-DPU mockup) ending CompletedWithErrors: the devices may be half done."""
+    progress = job_progress(sample("dell-multi-dpu-mockup-delljob-JID_229700026199.json"))
+    assert progress.state == PROGRESS_FAILED and progress.detail == "CompletedWithErrors"
+    assert (progress.message, progress.message_id, progress.percent) == ("Job completed with errors.", "PR31", 100)
+
+
+def test_idrac_is_recognised_from_the_service_root() -> None:
+    assert is_idrac(ServiceMap(vendor="Dell", product="Integrated Dell Remote Access Controller"))
+    assert not is_idrac(ServiceMap(vendor="", product="Redvirt Service"))
+    assert (
+        IdracAdapter().update_targets(["/redfish/v1/UpdateService/FirmwareInventory/Installed-0-x__NIC.Slot.1-1"]) == []
+    )
+    assert not IdracAdapter().resets_host("iDRAC.Embedded.1-1") and IdracAdapter().resets_host("NIC.Slot.1-1-1")
