@@ -301,7 +301,49 @@ def test_a_group_without_a_role_is_refused_naming_it(shared_twin, workspace):
     canary = '    canary_testing:\n      network_operator: "v24.10.0"\n      mofed: "24.10-1.0.0.0"\n\n'
     (workspace / "matrix.yaml").write_text(text[:start] + canary + text[end:])
     shared_twin.admin("POST", "report/reset")
-    run = flow(shared_twin, workspace, "canary")
+    # A site may leave a group out of the flow on purpose.
+    run = flow(
+        shared_twin, workspace, "canary", upgrade_component_roles={"gpu_operator": "gpufleet.upgrade.gpu_operator"}
+    )
     assert run.returncode != 0
     assert "component group 'network_operator', which this flow cannot upgrade yet" in run.output
     assert writes(shared_twin) == {}
+
+
+def test_an_openshift_change_goes_canary_pool_first_then_every_pool(fresh_twin, workspace):
+    """The flow hands the openshift group to its role: canary pool, gates, bake window, then every pool."""
+    twin = fresh_twin
+    target_kernel = "5.14.0-427.42.1.el9_4.x86_64"
+    text = (workspace / "matrix.yaml").read_text()
+    start = text.index("    canary_testing:")
+    end = text.index("    rollback:")
+    canary = (
+        "    canary_testing:\n"
+        '      openshift: "4.16.21"\n'
+        f'      kernel: "{target_kernel}"\n'
+        '      status: "canary-testing"\n'
+        f'      canary_node: "{CANARY}"\n\n'
+    )
+    (workspace / "matrix.yaml").write_text(text[:start] + canary + text[end:])
+
+    run = flow(twin, workspace, "canary", openshift_wait_sleep=1)
+    assert run.returncode == 0, run.output
+    assert "Stage canary: success" in run.output
+    nodes = json.loads(kubectl(twin, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"))["items"]
+    kernels = {node["metadata"]["name"]: node["status"]["nodeInfo"]["kernelVersion"] for node in nodes}
+    assert kernels.pop(CANARY) == target_kernel
+    assert target_kernel not in set(kernels.values())
+    paused = json.loads(kubectl(twin, "get", "machineconfigpool", "worker", "-o", "json"))["spec"]["paused"]
+    assert paused is True
+    entry = cluster_ledger(twin)[-1]
+    assert (entry["group"], entry["outcome"]) == ("openshift", "success")
+
+    twin.advance(49 * 3600)
+    promote = flow(twin, workspace, "promote", openshift_wait_sleep=1)
+    assert promote.returncode == 0, promote.output
+    nodes = json.loads(kubectl(twin, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"))["items"]
+    assert {node["status"]["nodeInfo"]["kernelVersion"] for node in nodes} == {target_kernel}
+    pools = json.loads(kubectl(twin, "get", "machineconfigpools", "-o", "json"))["items"]
+    assert [pool["metadata"]["name"] for pool in pools if pool["spec"].get("paused")] == []
+    promoted = (workspace / "matrix.yaml").read_text()
+    assert '      openshift: "4.16.21"\n' in promoted.split("canary_testing:")[0]

@@ -25,6 +25,9 @@ def test_scenario(scenario, tmp_path):
             PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
             ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
             ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"),
+            # Molecule installs the project collection under ANSIBLE_HOME: keep
+            # that copy out of the user's ~/.ansible, where it would go stale.
+            ANSIBLE_HOME=str(tmp_path / "ansible-home"),
             ANSIBLE_PYTHON_INTERPRETER=sys.executable,
             GPUFLEET_MOLECULE_OUT=str(tmp_path / "out"),
             MOLECULE_NO_LOG="false",
