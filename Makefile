@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_audit --nodes 1000
 	$(BIN)/python -m bench.bench_gpu_driver_rollout --nodes 100
 	$(BIN)/python -m bench.bench_twin_scale --nodes 1000
+	$(BIN)/python -m bench.bench_ofed_rollout --nodes 30 --parallel 3
 
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -161,6 +161,31 @@ def test_apply_twice_computes_a_patch(twin, kit, namespace, tmp_path):
     assert "configmap/matrix unchanged" in third.stdout
 
 
+def test_a_merge_patch_that_replaces_containers_gets_their_defaults_back(twin, namespace):
+    """A real server defaults on every write, so a template patched in never differs by defaults alone."""
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "agent", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "agent", "image": "registry.local/agent:1.0"}]},
+            },
+        },
+    }
+    twin.kubectl("create", "-f", "-", stdin=json.dumps(deployment))
+    patch = {"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "registry.local/agent:2.0"}]}}}}
+    twin.kubectl("patch", "deployment", "agent", "-n", namespace, "--type", "merge", "-p", json.dumps(patch))
+    stored = json.loads(twin.kubectl("get", "deployment", "agent", "-n", namespace, "-o", "json").stdout)
+    (container,) = stored["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.local/agent:2.0"
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["resources"] == {}
+
+
 def test_apply_rejects_unknown_fields_of_built_ins_with_strict_validation(twin, namespace, tmp_path):
     manifest = tmp_path / "cm.yaml"
     manifest.write_text(

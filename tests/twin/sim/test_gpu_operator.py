@@ -27,6 +27,7 @@ from gpufleet_twin.cluster import Twin
 from gpufleet_twin.registry import Registry, ResourceType
 from gpufleet_twin.server import install_api_machinery
 from gpufleet_twin.sim import gpu_operator as gop
+from gpufleet_twin.sim import upgrade_apply
 from gpufleet_twin.sim import upgrade_model as um
 from gpufleet_twin.sim.build import install_core
 from gpufleet_twin.sim.kinds import Kinds
@@ -632,16 +633,16 @@ def test_evict_pod_honours_the_pdb() -> None:
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
         },
     )
-    assert gop.evict_pod(store, kinds, "ml", "train-0") is True
+    assert upgrade_apply.evict_pod(store, kinds, "ml", "train-0") is True
     evicted = store.try_get(kinds.pod, "ml", "train-0")
     assert evicted is None or evicted["metadata"].get("deletionTimestamp")  # graceful only with the server's handler
-    assert gop.evict_pod(store, kinds, "ml", "train-1") is False  # the budget is used up
+    assert upgrade_apply.evict_pod(store, kinds, "ml", "train-1") is False  # the budget is used up
     assert not store.get(kinds.pod, "ml", "train-1")["metadata"].get("deletionTimestamp")
     never = store.get(kinds.pdb, "ml", "trainer")
     never["metadata"].setdefault("annotations", {})["twin.gpufleet.io/never-allow"] = "true"
     never["spec"]["minAvailable"] = 0
     store.update(kinds.pdb, never)
-    assert gop.evict_pod(store, kinds, "ml", "train-1") is False  # the fault: this PDB never allows
+    assert upgrade_apply.evict_pod(store, kinds, "ml", "train-1") is False  # the fault: this PDB never allows
 
 
 def test_openshift_node_on_a_new_rhcos_moves_to_a_new_driver_daemonset() -> None:

@@ -202,10 +202,17 @@ def _validate_object_name(operation: str, rtype: ResourceType, obj: Obj, old: Ob
 
 
 def _default_builtin_fields(operation: str, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
-    """Defaults the real API server fills in on create (only where a field is missing)."""
-    if operation != "CREATE":
-        return
+    """Defaults the real API server fills in (only where a field is missing).
+
+    A real server defaults every object it decodes, on update and patch as on
+    create: a patch that replaces a workload's containers gets their defaults
+    back, or the template would never equal its ReplicaSet's again.
+    """
     key = rtype.key
+    if operation != "CREATE":
+        if key in (("apps", "deployments"), ("apps", "replicasets"), ("apps", "daemonsets")):
+            _default_pod_spec(((obj.get("spec") or {}).get("template") or {}).get("spec") or {})
+        return
     if key == ("", "namespaces"):
         # The NamespaceDefaultLabelName feature: every namespace is selectable by its name.
         obj["metadata"]["labels"] = {

@@ -64,19 +64,18 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .. import disruption, errors
+from .. import errors
 from ..cluster import Route
 from ..registry import ResourceType
 from ..selectors import label_selector_from_map
 from ..store import Store, WatchEvent
-from . import olm, podutil
+from . import olm, podutil, upgrade_apply
 from . import upgrade_model as um
 from .admin import protected
 from .index import ClusterIndex
 from .kinds import Kinds
 from .state import NodeHealth, PodPlan, SimState
 from .wake import Waker
-from .workloads import NEVER_ALLOW_ANNOTATION
 
 if TYPE_CHECKING:
     from ..cluster import Twin
@@ -938,7 +937,13 @@ class GpuOperator:
         self.index = index or getattr(self.sim, "index", None) or ClusterIndex(self.store, self.kinds)
         self.upgrade = UpgradeStatus()
         # In-memory facts the real operator keeps in goroutines and caches.
-        self._eviction_started: dict[str, tuple[str, float]] = {}  # node -> (state, since)
+        self.applier = upgrade_apply.UpgradeApplier(
+            store=self.store,
+            kinds=self.kinds,
+            flavor=um.GPU_DRIVER,
+            component=OPERATOR_COMPONENT,
+            events=lambda: self.sim.events,
+        )
         self._driver_eta: dict[str, tuple[str, float | None]] = {}  # node -> (pod uid, ready at / None = never)
         self._loaded_by: dict[str, str] = {}  # node -> uid of the driver pod whose module is loaded
         self._pauses: dict[str, _Pause] = {}
@@ -1132,7 +1137,7 @@ class GpuOperator:
                 self._upgrade_dirty = True
                 return True
             return False
-        if node_name and event.type == "DELETED" and node_name in self._eviction_started:
+        if node_name and event.type == "DELETED" and node_name in self.applier.eviction_started:
             self._upgrade_dirty = True
             return True
         return False
@@ -1261,7 +1266,9 @@ class GpuOperator:
             return existing  # nothing changes until the selectors are fixed
         for node_name, owner in owners.items():
             if node_labels[node_name].get(OWNER_LABEL) != owner:
-                self._mutate_node(node_name, lambda node, owner=owner: _set_label(node, OWNER_LABEL, owner))
+                self._mutate_node(
+                    node_name, lambda node, owner=owner: upgrade_apply.set_label(node, OWNER_LABEL, owner)
+                )
         keep: set[str] = set()
         for cr in drivers:
             name = cr["metadata"]["name"]
@@ -1692,94 +1699,37 @@ class GpuOperator:
             owner = by_uid.get(refs[0]["uid"]) if refs else None
             labels = node["metadata"].get("labels") or {}
             state = labels.get(um.GPU_DRIVER.state_label, "")
-            started = self._eviction_started.get(node_name)
             node_pods: tuple[um.NodePod, ...] = ()
             if state in needs_pods:
                 node_pods = tuple(
-                    _node_pod(p)
+                    upgrade_apply.node_pod(p)
                     for p in self.index.pods_on(node_name)
                     if p["metadata"].get("uid") != pod["metadata"].get("uid")
                 )
             nodes.append(
                 um.NodeSnapshot(
                     name=node_name,
-                    driver_pod=_driver_pod_snapshot(pod, owner),
+                    driver_pod=upgrade_apply.driver_pod_snapshot(pod, owner),
                     labels=labels,
                     annotations=node["metadata"].get("annotations") or {},
                     unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-                    ready=_node_condition_ready(node),
+                    ready=upgrade_apply.node_condition_ready(node),
                     pods=node_pods,
-                    eviction_started_at=started[1] if started and started[0] == state else None,
+                    eviction_started_at=self.applier.eviction_started_at(node_name, state),
                 )
             )
         nodes.sort(key=lambda n: n.name)
         return um.ClusterSnapshot(now=now, nodes=tuple(nodes), daemonsets=ds_snapshots), unbound
 
     def apply_plan(self, plan: um.UpgradePlan, snapshot: um.ClusterSnapshot) -> None:
-        """Carry out the decisions as the library's managers do, one API write per action."""
-        states = {n.name: n.state(um.GPU_DRIVER) for n in snapshot.nodes}
-        for decision in plan.decisions:
-            node_name = decision.node
-            for action in decision.actions:
-                if not self._apply_action(node_name, action, state=states.get(node_name, "")):
-                    break  # the library stops processing the node on a failed write
-
-    def _apply_action(self, node_name: str, action: um.Action, *, state: str) -> bool:
-        flavor = um.GPU_DRIVER
-        try:
-            if isinstance(action, um.ChangeState):
-                self._mutate_node(
-                    node_name, lambda node: _set_label(node, flavor.state_label, action.state), strict=True
-                )
-                self._eviction_started.pop(node_name, None)
-            elif isinstance(action, um.Cordon):
-                self._mutate_node(
-                    node_name, lambda node: node.setdefault("spec", {}).update(unschedulable=True), strict=True
-                )
-            elif isinstance(action, um.Uncordon):
-                self._mutate_node(
-                    node_name, lambda node: node.setdefault("spec", {}).pop("unschedulable", None), strict=True
-                )
-            elif isinstance(action, um.SetAnnotation):
-                self._mutate_node(
-                    node_name,
-                    lambda node: node["metadata"].setdefault("annotations", {}).update({action.key: action.value}),
-                    strict=True,
-                )
-            elif isinstance(action, um.RemoveAnnotation):
-                self._mutate_node(
-                    node_name,
-                    lambda node: (node["metadata"].get("annotations") or {}).pop(action.key, None),
-                    strict=True,
-                )
-            elif isinstance(action, um.StartEvictionClock):
-                self._eviction_started[node_name] = (state, action.at)
-            elif isinstance(action, um.EvictPods):
-                for ref in action.pods:
-                    evict_pod(self.store, self.kinds, ref.namespace, ref.name)
-            elif isinstance(action, um.DeleteDriverPod):
-                try:
-                    self.store.delete(self.kinds.pod, action.namespace, action.name)
-                except errors.ApiError as exc:
-                    if exc.code != 404:
-                        self._node_event(node_name, "Warning", f"Failed to restart driver pod {exc.message}")
-                        return False
-            elif isinstance(action, um.RecordEvent):
-                self._node_event(node_name, action.type, action.message, reason=action.reason)
-        except errors.ApiError as exc:
-            if isinstance(action, um.ChangeState):
-                self._node_event(
-                    node_name, "Warning", f"Failed to update node state label to {action.state}, {exc.message}"
-                )
-            log.debug("upgrade action %s on %s failed: %s", action, node_name, exc)
-            return False
-        return True
+        """Carry out the decisions as the library's managers do (``upgrade_apply``, shared with the OFED flavor)."""
+        self.applier.apply_plan(plan, snapshot)
 
     def _reset_state_labels(self) -> None:
         """removeNodeUpgradeStateLabels: with auto upgrade off the controller forgets every node's state."""
-        labels = {name: (node["metadata"].get("labels") or {}) for name, node in self.index.nodes.items()}
-        for name in um.nodes_to_reset(labels):
-            self._mutate_node(name, lambda node: node["metadata"]["labels"].pop(um.GPU_DRIVER.state_label, None))
+        self.applier.reset_state_labels(
+            {name: (node["metadata"].get("labels") or {}) for name, node in self.index.nodes.items()}
+        )
 
     def _latest_revision_hash(self, daemonset: Obj) -> str | None:
         """GetDaemonsetControllerRevisionHash: the newest ControllerRevision named after the DaemonSet."""
@@ -1804,108 +1754,6 @@ class GpuOperator:
                 raise
             log.debug("node %s not updated", name)
 
-    def _node_event(self, node_name: str, event_type: str, message: str, *, reason: str | None = None) -> None:
-        events = self.sim.events
-        if events is None:
-            return
-        node = self.store.try_get(self.kinds.node, None, node_name)
-        involved = (
-            node if node is not None else {"kind": "Node", "name": node_name, "uid": node_name, "apiVersion": "v1"}
-        )
-        events.record(
-            involved,
-            reason=reason or um.GPU_DRIVER.event_reason,
-            message=message,
-            component=OPERATOR_COMPONENT,
-            event_type=event_type,
-        )
-
-
-# -- eviction ----------------------------------------------------------------------------------------------------
-def evict_pod(store: Store, kinds: Kinds, namespace: str, name: str) -> bool:
-    """The API server's pods/eviction for an in-process caller: True when the pod goes.
-
-    As the eviction REST handler: a finished pod is deleted at once; a pod
-    covered by no PodDisruptionBudget is deleted; more than one covering
-    budget is an error; otherwise the budget must allow a disruption (an
-    unready pod may go while the budget is healthy, the default
-    IfHealthyBudget policy).  A refusal is the 429 a client retries.
-    """
-    pod = store.try_get(kinds.pod, namespace, name)
-    if pod is None:
-        return True
-    if podutil.is_terminating(pod):
-        return True
-    if not podutil.is_terminal(pod):
-        pdbs = [pdb for pdb in store.list(kinds.pdb, namespace) if disruption.pods_covered(pdb, [pod])]
-        if len(pdbs) > 1:
-            return False
-        if pdbs:
-            if (pdbs[0]["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION):
-                return False  # the twin's "PDB never allows eviction" fault
-            pods = store.list(kinds.pod, namespace)
-            budget = disruption.compute_budget(pdbs[0], pods)
-            healthy_pod = disruption.is_pod_healthy(pod)
-            allowed = budget.disruptions_allowed > 0 or (
-                not healthy_pod and budget.current_healthy >= budget.desired_healthy
-            )
-            if budget.error or not allowed:
-                return False
-    try:
-        store.delete(kinds.pod, namespace, name)
-    except errors.ApiError as exc:
-        return exc.code == 404
-    return True
-
-
-# -- snapshot helpers --------------------------------------------------------------------------------------------
-def _driver_pod_snapshot(pod: Obj, owner: Obj | None) -> um.DriverPod:
-    status = pod.get("status") or {}
-
-    def containers(key: str) -> tuple[um.ContainerState, ...]:
-        return tuple(
-            um.ContainerState(
-                name=c.get("name", ""), ready=bool(c.get("ready")), restart_count=int(c.get("restartCount") or 0)
-            )
-            for c in status.get(key) or ()
-        )
-
-    return um.DriverPod(
-        namespace=pod["metadata"].get("namespace", ""),
-        name=pod["metadata"]["name"],
-        daemonset=owner["metadata"]["name"] if owner is not None else None,
-        revision_hash=(pod["metadata"].get("labels") or {}).get("controller-revision-hash"),
-        phase=podutil.phase_of(pod),
-        containers=containers("containerStatuses"),
-        init_containers=containers("initContainerStatuses"),
-        terminating=podutil.is_terminating(pod),
-    )
-
-
-def _node_pod(pod: Obj) -> um.NodePod:
-    meta = pod["metadata"]
-    controller = podutil.controller_of(pod)
-    volumes = (pod.get("spec") or {}).get("volumes") or ()
-    return um.NodePod(
-        namespace=meta.get("namespace", ""),
-        name=meta["name"],
-        labels=meta.get("labels") or {},
-        phase=podutil.phase_of(pod),
-        ready=podutil.is_pod_ready(pod),
-        requests_gpu=um.requests_gpu(pod),
-        controller_kind=controller.get("kind") if controller else None,
-        uses_empty_dir=any("emptyDir" in volume for volume in volumes),
-        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
-        terminating=podutil.is_terminating(pod),
-    )
-
-
-def _node_condition_ready(node: Obj) -> bool:
-    # isNodeConditionReady: only a Ready condition that is not True makes the node unavailable.
-    for condition in (node.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "Ready" and condition.get("status") != "True":
-            return False
-    return True
 
 
 def _driver_version_of_pod(pod: Obj) -> str:
@@ -1944,14 +1792,6 @@ def _looks_like_driver_pod(pod: Obj) -> bool:
 def _owner_kind(obj: Obj) -> str | None:
     refs = obj["metadata"].get("ownerReferences") or []
     return refs[0].get("kind") if refs else None
-
-
-def _set_label(node: Obj, key: str, value: str | None) -> None:
-    labels = node["metadata"].setdefault("labels", {})
-    if value is None:
-        labels.pop(key, None)
-    else:
-        labels[key] = value
 
 
 def _conditions(*, ready: bool, reason: str, message: str, stamp: str) -> list[Obj]:

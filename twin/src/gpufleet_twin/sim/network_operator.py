@@ -47,7 +47,7 @@ from ..registry import ResourceType
 from ..selectors import label_selector_from_map
 from ..store import Store, WatchEvent
 from . import gpu_operator as gop
-from . import podutil
+from . import podutil, upgrade_apply
 from . import upgrade_model as um
 from .index import ClusterIndex
 from .kinds import Kinds
@@ -71,6 +71,9 @@ OPERATOR_COMPONENT = "network-operator"
 OFED_LABEL = "nvidia.com/ofed-driver"  # every MOFED pod carries it (upstream's driver pod selector)
 MOFED_CONTAINER = "mofed-container"
 MELLANOX_PRESENT_LABEL = "feature.node.kubernetes.io/pci-15b3.present"
+# Twin knob (not an upstream key): simulated seconds a MOFED reload takes on this Node, so reload times can
+# differ per node as they do on real fleets (NIC count, kernel, image pull); benchmarks set it.
+RELOAD_SECONDS_ANNOTATION = "twin.gpufleet.io/mofed-reload-seconds"
 FLAVOR = um.OFED_DRIVER
 STATE_LABEL = FLAVOR.state_label
 _NEEDS_PODS = frozenset({um.STATE_WAIT_FOR_JOBS_REQUIRED, um.STATE_DRAIN_REQUIRED})
@@ -272,7 +275,13 @@ class NetworkOperator:
         self.index = getattr(self.sim, "index", None) or ClusterIndex(self.store, self.kinds)
         self.upgrade = OfedUpgradeStatus()
         self._loaded_by: dict[str, str] = {}  # node -> uid of the MOFED pod whose driver is loaded
-        self._eviction_started: dict[str, tuple[str, float]] = {}
+        self.applier = upgrade_apply.UpgradeApplier(
+            store=self.store,
+            kinds=self.kinds,
+            flavor=FLAVOR,
+            component=OPERATOR_COMPONENT,
+            events=lambda: self.sim.events,
+        )
         self._policy_dirty = True
         self._upgrade_dirty = True
         self._next_upgrade_at = 0.0
@@ -325,7 +334,7 @@ class NetworkOperator:
                 self._policy_dirty = self._policy_dirty or key == self.kinds.daemonset.key
             elif key == self.kinds.pod.key and event.type == "DELETED":
                 node_name = (event.obj.get("spec") or {}).get("nodeName")
-                if node_name in self._eviction_started:
+                if node_name in self.applier.eviction_started:
                     self._upgrade_dirty = wake = True
         if wake and self._waker is not None:
             self._waker.poke()
@@ -412,10 +421,8 @@ class NetworkOperator:
             return PodPlan(outcome="crashloop", start_after=self.timings.build_failure, message=message, reason="Error")
         if health.mofed_version == version:
             delay = self.timings.mofed_already_loaded
-        elif self.openshift:
-            delay = self.timings.mofed_reload_openshift
         else:
-            delay = self.timings.mofed_reload
+            delay = self.reload_seconds(health.name)
         uid = meta.get("uid", "")
         node_name = health.name
 
@@ -436,6 +443,18 @@ class NetworkOperator:
 
         return PodPlan(outcome="ready", start_after=delay, on_ready=loaded, on_stop=unloaded)
 
+    def reload_seconds(self, node_name: str) -> float:
+        """The node's own reload time when annotated (RELOAD_SECONDS_ANNOTATION), else the profile's."""
+        node = self.index.nodes.get(node_name) or self.store.try_get(self.kinds.node, None, node_name) or {}
+        text = ((node.get("metadata") or {}).get("annotations") or {}).get(RELOAD_SECONDS_ANNOTATION)
+        try:
+            seconds = float(text) if text is not None else -1.0
+        except ValueError:
+            seconds = -1.0
+        if seconds >= 0:
+            return seconds
+        return self.timings.mofed_reload_openshift if self.openshift else self.timings.mofed_reload
+
     # -- upgrade controller ------------------------------------------------------------------------------------
     def reconcile_upgrade(self, now: float) -> None:
         self._next_upgrade_at = now + self.timings.upgrade_requeue
@@ -446,9 +465,9 @@ class NetworkOperator:
         policy = um.UpgradePolicy.from_spec(ofed.get("upgradePolicy"), flavor=FLAVOR)
         reconciles = self.upgrade.reconciles + 1
         if not policy.auto_upgrade:
-            labels = {name: (node["metadata"].get("labels") or {}) for name, node in self.index.nodes.items()}
-            for name in um.nodes_to_reset(labels, flavor=FLAVOR):
-                self._mutate_node(name, lambda node: node["metadata"]["labels"].pop(STATE_LABEL, None))
+            self.applier.reset_state_labels(
+                {name: (node["metadata"].get("labels") or {}) for name, node in self.index.nodes.items()}
+            )
             self.upgrade = OfedUpgradeStatus(blocked_reason="OFED auto upgrade is disabled", reconciles=reconciles)
             return
         snapshot, unbound = self.build_snapshot(now=now)
@@ -468,12 +487,8 @@ class NetworkOperator:
             reconciles=reconciles,
             node_states={n.name: n.state(FLAVOR) for n in snapshot.nodes},
         )
-        states = {n.name: n.state(FLAVOR) for n in snapshot.nodes}
-        for decision in plan.decisions:
-            for action in decision.actions:
-                if not self._apply_action(decision.node, action, state=states.get(decision.node, "")):
-                    break
-        if any(state in _NEEDS_PODS for state in states.values()):
+        self.applier.apply_plan(plan, snapshot)
+        if any(n.state(FLAVOR) in _NEEDS_PODS for n in snapshot.nodes):
             self._next_upgrade_at = min(self._next_upgrade_at, now + self.timings.eviction_retry)
 
     def build_snapshot(self, *, now: float) -> tuple[um.ClusterSnapshot, list[str]]:
@@ -509,21 +524,20 @@ class NetworkOperator:
             node_pods: tuple[um.NodePod, ...] = ()
             if state in _NEEDS_PODS:
                 node_pods = tuple(
-                    gop._node_pod(p)
+                    upgrade_apply.node_pod(p)
                     for p in self.index.pods_on(node_name)
                     if p["metadata"].get("uid") != pod["metadata"].get("uid")
                 )
-            started = self._eviction_started.get(node_name)
             nodes.append(
                 um.NodeSnapshot(
                     name=node_name,
-                    driver_pod=gop._driver_pod_snapshot(pod, owner),
+                    driver_pod=upgrade_apply.driver_pod_snapshot(pod, owner),
                     labels=labels,
                     annotations=node["metadata"].get("annotations") or {},
                     unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-                    ready=gop._node_condition_ready(node),
+                    ready=upgrade_apply.node_condition_ready(node),
                     pods=node_pods,
-                    eviction_started_at=started[1] if started and started[0] == state else None,
+                    eviction_started_at=self.applier.eviction_started_at(node_name, state),
                 )
             )
         ds_snapshots = tuple(
@@ -550,64 +564,6 @@ class NetworkOperator:
             if best is None or number > best[0]:
                 best = (number, rev_name.removeprefix(f"{name}-"))
         return best[1] if best else None
-
-    def _apply_action(self, node_name: str, action: um.Action, *, state: str) -> bool:
-        try:
-            if isinstance(action, um.ChangeState):
-                self._mutate_node(node_name, lambda node: gop._set_label(node, STATE_LABEL, action.state), strict=True)
-                self._eviction_started.pop(node_name, None)
-            elif isinstance(action, um.Cordon):
-                self._mutate_node(
-                    node_name, lambda node: node.setdefault("spec", {}).update(unschedulable=True), strict=True
-                )
-            elif isinstance(action, um.Uncordon):
-                self._mutate_node(
-                    node_name, lambda node: node.setdefault("spec", {}).pop("unschedulable", None), strict=True
-                )
-            elif isinstance(action, um.SetAnnotation):
-                self._mutate_node(
-                    node_name,
-                    lambda node: node["metadata"].setdefault("annotations", {}).update({action.key: action.value}),
-                    strict=True,
-                )
-            elif isinstance(action, um.RemoveAnnotation):
-                self._mutate_node(
-                    node_name,
-                    lambda node: (node["metadata"].get("annotations") or {}).pop(action.key, None),
-                    strict=True,
-                )
-            elif isinstance(action, um.StartEvictionClock):
-                self._eviction_started[node_name] = (state, action.at)
-            elif isinstance(action, um.EvictPods):
-                for ref in action.pods:
-                    gop.evict_pod(self.store, self.kinds, ref.namespace, ref.name)
-            elif isinstance(action, um.DeleteDriverPod):
-                try:
-                    self.store.delete(self.kinds.pod, action.namespace, action.name)
-                except errors.ApiError as exc:
-                    if exc.code != 404:
-                        return False
-            elif isinstance(action, um.RecordEvent):
-                self._node_event(node_name, action.type, action.message, reason=action.reason)
-        except errors.ApiError as exc:
-            log.debug("OFED upgrade action %s on %s failed: %s", action, node_name, exc)
-            return False
-        return True
-
-    def _mutate_node(self, name: str, change: Any, *, strict: bool = False) -> None:
-        try:
-            self.store.mutate(self.kinds.node, None, name, change)
-        except errors.ApiError:
-            if strict:
-                raise
-
-    def _node_event(self, node_name: str, event_type: str, message: str, *, reason: str) -> None:
-        node = self.store.try_get(self.kinds.node, None, node_name)
-        if self.sim.events is None or node is None:
-            return
-        self.sim.events.record(
-            node, reason=reason, message=message, component=OPERATOR_COMPONENT, event_type=event_type
-        )
 
 
 def mofed_version_of_pod(pod: Obj) -> str:

@@ -56,8 +56,7 @@ from .. import errors
 from ..registry import ResourceType
 from ..selectors import label_selector_from_dict
 from ..store import Store, WatchEvent
-from . import gpu_operator as gop
-from . import olm, podutil
+from . import olm, podutil, upgrade_apply
 from .kinds import Kinds
 from .seed import namespace_object
 from .state import NodeHealth, PodPlan, SimState
@@ -544,7 +543,7 @@ class OpenShiftPlatform:
                 a.get(CURRENT_CONFIG) != a.get(DESIRED_CONFIG)
                 or a.get(MCD_STATE) in (STATE_WORKING, STATE_DEGRADED)
                 or bool((n.get("spec") or {}).get("unschedulable"))
-                or not gop._node_condition_ready(n)
+                or not upgrade_apply.node_condition_ready(n)
             )
 
         if not paused:
@@ -622,7 +621,9 @@ class OpenShiftPlatform:
                 remaining = [
                     p
                     for p in self._drainable(name)
-                    if not gop.evict_pod(self.store, self.kinds, p["metadata"]["namespace"], p["metadata"]["name"])
+                    if not upgrade_apply.evict_pod(
+                        self.store, self.kinds, p["metadata"]["namespace"], p["metadata"]["name"]
+                    )
                 ]
                 if remaining:
                     continue

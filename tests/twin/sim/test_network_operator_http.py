@@ -1,0 +1,167 @@
+"""The twin's Network Operator over HTTP: the upstream NicClusterPolicy CRD prunes unknown fields, the
+``mofed_build_fails`` fault posted to ``/admin/faults`` breaks the next MOFED pod on a node, and the
+per-node reload time knob (``twin.gpufleet.io/mofed-reload-seconds``).
+
+Served twins load the real CRDs from ``../shared/reference/crds`` (skipped where that folder is absent).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from test_network_operator import PlatformCluster, make_platform_cluster
+
+from gpufleet_twin.process import SHARED_CRDS, TwinProcess, start_twin
+from gpufleet_twin.sim import network_operator as netop
+
+Obj = dict[str, Any]
+NEW_MOFED = "25.01-0.6.0.0"
+
+needs_upstream_crds = pytest.mark.skipif(
+    not (SHARED_CRDS / "mellanox.com_nicclusterpolicies.yaml").is_file(), reason="../shared/reference/crds is absent"
+)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinProcess]:
+    twin = start_twin(nodes=3, profile="openshift", time_scale=1500, workdir=tmp_path_factory.mktemp("netop-http"))
+    yield twin
+    assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
+
+
+def kubectl(twin: TwinProcess, *args: str, stdin: str | None = None) -> str:
+    out = subprocess.run(
+        ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=30,
+    )
+    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
+    return out.stdout
+
+
+def get(twin: TwinProcess, *args: str) -> Obj:
+    return json.loads(kubectl(twin, "get", *args, "-o", "json"))
+
+
+def wait_for(check: Callable[[], bool], *, what: str, timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def mofed_pods(twin: TwinProcess) -> dict[str, Obj]:
+    pods = get(twin, "pods", "-n", netop.NAMESPACE, "-l", netop.OFED_LABEL)["items"]
+    return {p["spec"]["nodeName"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
+
+
+def ready(pod: Obj | None) -> bool:
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and all(s.get("ready") for s in statuses)
+
+
+@needs_upstream_crds
+def test_upstream_crd_prunes_unknown_fields_with_kubectl(served: TwinProcess) -> None:
+    patch = {"spec": {"ofedDriver": {"maxUnavailable": 2, "upgradePolicy": {"maxParallelUpgrades": 2, "bogus": 1}}}}
+    kubectl(served, "patch", "nicclusterpolicies.mellanox.com", netop.NIC_POLICY_NAME, "--type", "merge", "-p",
+            json.dumps(patch))  # fmt: skip
+    ofed = get(served, "nicclusterpolicies.mellanox.com", netop.NIC_POLICY_NAME)["spec"]["ofedDriver"]
+    # Known fields land; unknown ones are dropped silently, as a real API server does with a structural schema.
+    assert ofed["upgradePolicy"]["maxParallelUpgrades"] == 2
+    assert "maxUnavailable" not in ofed and "bogus" not in ofed["upgradePolicy"]
+    kubectl(served, "patch", "nicclusterpolicies.mellanox.com", netop.NIC_POLICY_NAME, "--type", "merge", "-p",
+            json.dumps({"spec": {"ofedDriver": {"upgradePolicy": {"maxParallelUpgrades": 1}}}}))  # fmt: skip
+
+
+@needs_upstream_crds
+def test_upstream_crd_prunes_unknown_fields_with_the_python_client(served: TwinProcess) -> None:
+    kubernetes = pytest.importorskip("kubernetes")
+    client = kubernetes.config.new_client_from_config(config_file=str(served.kubeconfig))
+    custom = kubernetes.client.CustomObjectsApi(client)
+    patched = custom.patch_cluster_custom_object(
+        "mellanox.com",
+        "v1alpha1",
+        "nicclusterpolicies",
+        netop.NIC_POLICY_NAME,
+        {"spec": {"ofedDriver": {"notAField": "x"}, "alsoUnknown": {"a": 1}}},
+    )
+    assert "notAField" not in patched["spec"]["ofedDriver"]
+    assert "alsoUnknown" not in patched["spec"]
+    assert patched["spec"]["ofedDriver"]["version"]
+
+
+def test_mofed_build_fails_fault_breaks_the_next_mofed_pod_on_a_node(served: TwinProcess) -> None:
+    wait_for(lambda: len(mofed_pods(served)) == 3 and all(map(ready, mofed_pods(served).values())), what="MOFED")
+    node_name = sorted(mofed_pods(served))[0]
+    kernel = get(served, "node", node_name)["status"]["nodeInfo"]["kernelVersion"]
+    created = served.admin("POST", "faults", {"type": "mofed_build_fails", "kernel": kernel})
+    assert created
+    victim = mofed_pods(served)[node_name]
+    kubectl(served, "delete", "pod", "-n", netop.NAMESPACE, victim["metadata"]["name"], "--wait=false")
+
+    def crash_looping() -> bool:
+        pod = mofed_pods(served).get(node_name)
+        if pod is None or pod["metadata"]["uid"] == victim["metadata"]["uid"]:
+            return False
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        return any(s.get("restartCount", 0) >= 1 and not s.get("ready") for s in statuses)
+
+    wait_for(crash_looping, what="the new MOFED pod to crash-loop")
+    status = mofed_pods(served)[node_name]["status"]["containerStatuses"][0]
+    waiting = (status.get("state") or {}).get("waiting") or {}
+    last = ((status.get("lastState") or {}).get("terminated") or {}).get("message", "")
+    assert waiting.get("reason") == "CrashLoopBackOff" or "no driver package" in last
+    # The other nodes keep their loaded driver: the fault hits the next build, not running pods.
+    others = {name: pod for name, pod in mofed_pods(served).items() if name != node_name}
+    assert all(ready(pod) for pod in others.values())
+    served.admin("DELETE", "faults")
+
+
+def test_reload_time_can_differ_per_node() -> None:
+    cluster = make_platform_cluster(nodes=2)
+    quick, slow = cluster.workers()
+    for name, seconds in ((quick, "30"), (slow, "3000")):
+        cluster.store.mutate(
+            cluster.kinds.node,
+            None,
+            name,
+            lambda node, seconds=seconds: (
+                node["metadata"].setdefault("annotations", {}).update({netop.RELOAD_SECONDS_ANNOTATION: seconds})
+            ),
+        )
+
+    async def scenario(c: PlatformCluster) -> None:
+        await c.wait_until(lambda: all(map(ready, c.mofed_pods().values())) and len(c.mofed_pods()) == 2,
+                           sim_seconds=900, what="MOFED ready")  # fmt: skip
+        for name in (quick, slow):
+            c.store.delete(c.kinds.pod, netop.NAMESPACE, c.mofed_pods()[name]["metadata"]["name"])
+        await c.wait_until(lambda: not c.sim.nodes[quick].secondary_network_up, sim_seconds=300, what="unload")
+        await c.wait_until(lambda: c.sim.nodes[quick].secondary_network_up, sim_seconds=300, what="quick reload")
+        # The slow node is still reloading when the quick one is back (3000 s against 30 s).
+        assert not c.sim.nodes[slow].secondary_network_up
+
+    cluster.run(scenario)
+    operator = next(c for c in cluster.twin.controllers if isinstance(c, netop.NetworkOperator))
+    assert operator.reload_seconds(quick) == 30.0 and operator.reload_seconds(slow) == 3000.0
+
+
+def test_reload_time_annotation_that_is_not_a_number_falls_back_to_the_profile(tmp_path: pathlib.Path) -> None:
+    cluster = make_platform_cluster(nodes=1)
+    name = cluster.workers()[0]
+    cluster.store.mutate(
+        cluster.kinds.node,
+        None,
+        name,
+        lambda node: node["metadata"].setdefault("annotations", {}).update({netop.RELOAD_SECONDS_ANNOTATION: "soon"}),
+    )
+    operator = next(c for c in cluster.twin.controllers if isinstance(c, netop.NetworkOperator))
+    assert operator.reload_seconds(name) == netop.NetworkOperatorTimings().mofed_reload
