@@ -18,8 +18,8 @@ description:
   - The cluster publishes a driver toolkit for the new RHCOS - the ImageStream C(openshift/driver-toolkit) has a tag
     for it (by default the RHCOS its C(latest) tag points at, which the update just added). The GPU Operator builds
     the driver on each RHCOS node from that image.
-  - The builds succeed - one pod per driver (the ClusterPolicy's GPU driver at O(target.gpu_driver), the
-    NicClusterPolicy's MOFED/DOCA driver at O(target.mofed)) compiles it on the new RHCOS's driver toolkit, which
+  - The builds succeed - one pod per driver (the ClusterPolicy's GPU driver at C(gpu_driver) in O(target), the
+    NicClusterPolicy's MOFED/DOCA driver at C(mofed) in O(target)) compiles it on the new RHCOS's driver toolkit, which
     carries that kernel's headers, without loading anything. The pods are deleted once their outcome is recorded.
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
@@ -31,6 +31,7 @@ attributes:
     description: Runs the matrix and driver toolkit checks; the build pods are not created.
   diff_mode:
     support: none
+    description: It changes nothing it could show a diff of (build pods are deleted when done).
 options:
   target:
     description:

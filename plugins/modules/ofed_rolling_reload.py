@@ -43,6 +43,7 @@ attributes:
     description: Returns the plan (which nodes, in what order, what each step does, the NicClusterPolicy patch).
   diff_mode:
     support: none
+    description: The returned plan says what changes, node by node; no before and after diff is returned.
 options:
   target_version:
     description: The MOFED (DOCA driver) version, as the NicClusterPolicy writes it, for example C(25.01-0.6.0.0-0).
