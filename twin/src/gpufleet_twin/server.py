@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import bisect
 import copy
 import email.utils
 import hmac
@@ -979,18 +978,13 @@ class ApiServer:
                 status = problem.to_status()
                 status["metadata"] = {"continue": encode_continue(store.resource_version, *start)}
                 return _json_response(status, status=410)
-        items = store.list(rtype, target.namespace, predicate)
-        if start is not None:
-            keys = [_key_of(obj) for obj in items]
-            items = items[bisect.bisect_right(keys, start) :]
+        page = store.list_page(rtype, target.namespace, predicate, after=start, limit=limit)
         meta: Obj = {"resourceVersion": str(list_rv)}
-        if limit and len(items) > limit:
-            page, rest = items[:limit], len(items) - limit
-            meta["continue"] = encode_continue(list_rv, *_key_of(page[-1]))
+        if page.more:
+            meta["continue"] = encode_continue(list_rv, *_key_of(page.items[-1]))
             if not filtered:
-                meta["remainingItemCount"] = rest
-            items = page
-        return self._render_list(request, rtype, items, meta)
+                meta["remainingItemCount"] = page.remaining
+        return self._render_list(request, rtype, page.items, meta)
 
     def _render_list(self, request: web.Request, rtype: ResourceType, items: list[Obj], meta: Obj) -> web.Response:
         for media in parse_accept(request.headers.get("Accept")):

@@ -15,6 +15,7 @@ which a watch resumes (410 Gone once that history has been compacted).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import copy
 import secrets
 import uuid
@@ -98,11 +99,21 @@ class Watch:
             yield item
 
 
+@dataclass
+class ListPage:
+    items: list[Obj]
+    more: bool  # a matching object follows the last item
+    remaining: int  # objects of the range from the first one left out (matching or not)
+
+
 class Store:
     def __init__(self, registry: Registry, clock: SimClock, *, history_per_type: int = 50_000) -> None:
         self.registry = registry
         self.clock = clock
         self._objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
+        # Each type's keys in etcd order, kept until a create or delete: lists
+        # (controllers' and clients') far outnumber the writes that add or remove keys.
+        self._sorted_keys: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._history: dict[tuple[str, str], deque[WatchEvent]] = {}
         self._compacted: dict[tuple[str, str], int] = {}
         self._history_len = history_per_type
@@ -144,16 +155,40 @@ class Store:
         predicate: Predicate | None = None,
     ) -> list[Obj]:
         """Objects sorted by (namespace, name), as etcd's key order gives them."""
+        return self.list_page(rtype, namespace, predicate).items
+
+    def list_page(
+        self,
+        rtype: ResourceType,
+        namespace: str | None = None,
+        predicate: Predicate | None = None,
+        *,
+        after: tuple[str, str] | None = None,
+        limit: int = 0,
+    ) -> ListPage:
+        """Up to ``limit`` (0: all) matching objects whose key follows ``after``, in key order.
+
+        The scan stops at the first match past the page, so paging through a
+        large type costs one pass over it in all, not one pass per page.
+        """
         bucket = self._bucket(rtype)
-        keys = sorted(bucket)
-        found = []
-        for key in keys:
-            if namespace and key[0] != namespace:
+        keys = self._keys_in_order(rtype)
+        begin, end = 0, len(keys)
+        if namespace:
+            begin = bisect.bisect_left(keys, (namespace, ""))
+            # No name holds a NUL, so this sorts after every key of the namespace.
+            end = bisect.bisect_left(keys, (namespace + "\0", ""))
+        if after is not None:
+            begin = max(begin, bisect.bisect_right(keys, after))
+        found: list[Obj] = []
+        for index in range(begin, end):
+            obj = bucket[keys[index]]
+            if predicate is not None and not predicate(obj):
                 continue
-            obj = bucket[key]
-            if predicate is None or predicate(obj):
-                found.append(obj)
-        return found
+            if limit and len(found) == limit:
+                return ListPage(found, more=True, remaining=end - index)
+            found.append(obj)
+        return ListPage(found, more=False, remaining=0)
 
     def count(self, rtype: ResourceType) -> int:
         return len(self._bucket(rtype))
@@ -348,6 +383,12 @@ class Store:
     def _bucket(self, rtype: ResourceType) -> dict[tuple[str, str], Obj]:
         return self._objects.setdefault(rtype.key, {})
 
+    def _keys_in_order(self, rtype: ResourceType) -> list[tuple[str, str]]:
+        keys = self._sorted_keys.get(rtype.key)
+        if keys is None:
+            keys = self._sorted_keys[rtype.key] = sorted(self._bucket(rtype))
+        return keys
+
     @staticmethod
     def _ns(rtype: ResourceType, namespace: str | None) -> str:
         return (namespace or "") if rtype.namespaced else ""
@@ -407,7 +448,10 @@ class Store:
     def _write(self, rtype: ResourceType, key: tuple[str, str], new: Obj, old: Obj | None, event_type: str) -> Obj:
         rv = self._next_rv()
         new["metadata"]["resourceVersion"] = str(rv)
-        self._bucket(rtype)[key] = new
+        bucket = self._bucket(rtype)
+        if key not in bucket:
+            self._sorted_keys.pop(rtype.key, None)
+        bucket[key] = new
         self._emit(WatchEvent(event_type, rtype, new, old, rv))
         return new
 
@@ -416,6 +460,7 @@ class Store:
         removed = copy.deepcopy(current)
         removed["metadata"]["resourceVersion"] = str(rv)
         del self._bucket(rtype)[key]
+        self._sorted_keys.pop(rtype.key, None)
         self._emit(WatchEvent("DELETED", rtype, removed, current, rv))
         return removed
 

@@ -1755,7 +1755,6 @@ class GpuOperator:
             log.debug("node %s not updated", name)
 
 
-
 def _driver_version_of_pod(pod: Obj) -> str:
     for container in (pod.get("spec") or {}).get("containers") or ():
         if container.get("name") == "nvidia-driver-ctr":

@@ -26,7 +26,6 @@ were Running on a loaded node are adopted by the kubelet as they are.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from dataclasses import dataclass, field
@@ -160,12 +159,16 @@ def _resource_type(twin: Twin, obj: Obj) -> ResourceType | None:
 
 
 def _clean(original: Obj, new_uids: dict[str, str]) -> Obj:
-    obj = copy.deepcopy(original)
-    meta = obj["metadata"]
+    # Only metadata is edited here and the store copies what it stores, so a
+    # shallow copy keeps ``original`` intact (a deep copy of 100,000 dumped
+    # pods was a quarter of a 10,000-node load).
+    obj = dict(original)
+    meta = obj["metadata"] = dict(original["metadata"])
     for field_name in _DROPPED_METADATA:
         meta.pop(field_name, None)
-    annotations = meta.get("annotations") or {}
-    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    if meta.get("annotations"):
+        annotations = meta["annotations"] = dict(meta["annotations"])
+        annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
     refs = meta.get("ownerReferences")
     if refs:
         meta["ownerReferences"] = [dict(ref, uid=new_uids.get(ref.get("uid", ""), ref.get("uid", ""))) for ref in refs]
