@@ -524,6 +524,7 @@ def compute_drift(
             totals[status] += number
     return {
         "nodes": node_reports,
+        "nodes_total": len(node_reports),
         "cluster": cluster_rows,
         "summary": summary,
         "totals": totals,

@@ -31,10 +31,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: The module only reads; check mode returns the same result.
+    description: The module reads the cluster only; check mode returns the same result and writes no report.
   diff_mode:
     support: none
-    description: The module changes nothing, so there is no diff.
+    description: The only files it writes are its own reports, whose content is the result itself.
 options:
   src:
     description:
@@ -70,6 +70,20 @@ options:
         (for example C(firmware_cx7)) to the version the BMC reports.
       - Without it, firmware is read from the node labels C(gpufleet.io/firmware.<name>) where present.
     type: dict
+  report_dir:
+    description:
+      - Directory to write the reports to - C(audit.json) (the whole result), C(audit.xml) (JUnit, one test case per
+        rule and per node) and C(audit.md) (a summary for people). Files are replaced only when their content changes.
+      - Not written in check mode (the result says whether they would change).
+    type: path
+  drift_nodes:
+    description:
+      - Which nodes RV(drift.nodes) returns - V(all), or V(drifted) (only nodes with drift).
+      - At thousands of nodes the full table is megabytes; with O(report_dir) it is in C(audit.json) anyway, and
+        V(drifted) keeps the task result (and an AWX job event) small.
+    type: str
+    choices: [all, drifted]
+    default: all
 requirements:
   - kubernetes >= 24.2.0 (for O(audit) and O(configmap_name))
   - PyYAML
@@ -160,9 +174,14 @@ drift:
   type: dict
   contains:
     nodes:
-      description: Per node, each component's expected and found version and status (ok, drift, unknown).
+      description:
+        - Per node, each component's expected and found version and status (ok, drift, unknown).
+        - Only the nodes with drift when O(drift_nodes=drifted).
       type: list
       elements: dict
+    nodes_total:
+      description: How many nodes were audited.
+      type: int
     cluster:
       description: Cluster-wide components (GPU Operator, OpenShift, Network Operator, SR-IOV, DCGM...).
       type: list
@@ -174,6 +193,11 @@ drift:
       description: Names of the nodes where at least one component drifted.
       type: list
       elements: str
+reports:
+  description: Report kind (C(json), C(junit), C(markdown)) to the path of its file.
+  returned: when O(report_dir) is set
+  type: dict
+  sample: {json: reports/audit.json, junit: reports/audit.xml, markdown: reports/audit.md}
 api_requests:
   description: How many API requests the check sent.
   returned: when the cluster was read
@@ -183,6 +207,7 @@ api_requests:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._audit_report import publish_result
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
@@ -211,6 +236,8 @@ def argument_spec():
         },
         audit={"type": "bool", "default": False},
         firmware_by_node={"type": "dict"},
+        report_dir={"type": "path"},
+        drift_nodes={"type": "str", "choices": ["all", "drifted"], "default": "all"},
     )
     return spec
 
@@ -242,9 +269,15 @@ def main():
             connect=lambda: KubeApi.from_params(module.params),
             firmware_by_node=module.params["firmware_by_node"],
         )
+        changed = publish_result(
+            result,
+            report_dir=module.params["report_dir"],
+            drift_nodes=module.params["drift_nodes"],
+            check_mode=module.check_mode,
+        )
     except GpuFleetError as err:
         module.fail_json(msg=f"Failed to check the version matrix: {err.msg}", **err.result)
-    module.exit_json(changed=False, **result)
+    module.exit_json(changed=changed, **result)
 
 
 if __name__ == "__main__":
