@@ -19,6 +19,7 @@ from test_network_operator import PlatformCluster, make_platform_cluster
 
 from gpufleet_twin.process import SHARED_CRDS, TwinProcess, start_twin
 from gpufleet_twin.sim import network_operator as netop
+from gpufleet_twin.sim import upgrade_model as um
 
 Obj = dict[str, Any]
 NEW_MOFED = "25.01-0.6.0.0"
@@ -165,3 +166,65 @@ def test_reload_time_annotation_that_is_not_a_number_falls_back_to_the_profile(t
     )
     operator = next(c for c in cluster.twin.controllers if isinstance(c, netop.NetworkOperator))
     assert operator.reload_seconds(name) == netop.NetworkOperatorTimings().mofed_reload
+
+
+@needs_upstream_crds
+def test_auto_upgrade_across_several_nodes_with_kubectl(tmp_path: pathlib.Path) -> None:
+    """kubectl turns on the operator's own rollout; a kubectl watch on the nodes sees every state it passes."""
+    # No seeded training jobs: their PodDisruptionBudgets would fail the operator's drain (upgrade-failed),
+    # which is the operator's behaviour but not what this test looks at.
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(json.dumps({"nodes": 4, "profile": "openshift", "workloads": False}))
+    twin = start_twin(nodes=4, profile="openshift", time_scale=1500, workdir=tmp_path, scenario=scenario)
+    watch_nodes = ["get", "nodes", "--watch", "--output-watch-events", "-o", "json"]
+    watched = tmp_path / "node-events.json"
+    with open(watched, "w", encoding="utf-8") as sink:
+        # A file, not a pipe: a full pipe would stall kubectl and lose events.
+        watch = subprocess.Popen(["kubectl", "--kubeconfig", str(twin.kubeconfig), *watch_nodes], stdout=sink)
+    try:
+        wait_for(lambda: len(mofed_pods(twin)) == 4 and all(map(ready, mofed_pods(twin).values())), what="MOFED")
+        before = {node: pod["metadata"]["uid"] for node, pod in mofed_pods(twin).items()}
+        patch = {
+            "spec": {
+                "ofedDriver": {"version": NEW_MOFED, "upgradePolicy": {"autoUpgrade": True, "maxParallelUpgrades": 2}}
+            }
+        }
+        kubectl(twin, "patch", "nicclusterpolicy", netop.NIC_POLICY_NAME, "--type", "merge", "-p", json.dumps(patch))
+
+        def upgraded() -> bool:
+            pods = mofed_pods(twin)
+            nodes = get(twin, "nodes", "-l", "node-role.kubernetes.io/worker")["items"]
+            return len(pods) == 4 and all(
+                (n["metadata"].get("labels") or {}).get(netop.STATE_LABEL) == um.STATE_DONE
+                and not n["spec"].get("unschedulable")
+                and ready(pods.get(n["metadata"]["name"]))
+                and netop.mofed_version_of_pod(pods[n["metadata"]["name"]]) == NEW_MOFED
+                for n in nodes
+            )
+
+        wait_for(upgraded, what="every node upgraded by the operator", timeout=90)
+        assert all(pod["metadata"]["uid"] != before[node] for node, pod in mofed_pods(twin).items())
+    finally:
+        watch.terminate()
+        watch.wait(timeout=30)
+        assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
+    stream = watched.read_text()
+    states: dict[str, str] = {}
+    cordoned: set[str] = set()
+    in_progress: list[int] = []
+    decoder, position = json.JSONDecoder(), 0
+    while position < len(stream.rstrip()):
+        event, position = decoder.raw_decode(stream, position)
+        position += len(stream[position:]) - len(stream[position:].lstrip())
+        node = event["object"]
+        name = node["metadata"]["name"]
+        if not name.startswith("gpu-worker-"):
+            continue
+        states[name] = (node["metadata"].get("labels") or {}).get(netop.STATE_LABEL, "")
+        if node["spec"].get("unschedulable"):
+            cordoned.add(name)
+        in_progress.append(sum(1 for state in states.values() if state not in um.NOT_IN_PROGRESS_STATES))
+    # maxParallelUpgrades bounds the nodes in flight (upstream has no maxUnavailable for OFED), and two ran at once.
+    assert max(in_progress) == 2
+    assert len(states) == 4 and set(states.values()) == {um.STATE_DONE}
+    assert cordoned == set(states)  # each node was cordoned for its reload, and uncordoned after (checked above)

@@ -149,3 +149,68 @@ def test_sriov_operator_is_an_olm_operator_whose_channel_follows_the_cluster(twi
         "sriov-network-operator.v4.16.0"
     )
     assert get(twin, "csv", "-n", namespace)["items"][0]["status"]["phase"] == "Succeeded"
+
+
+def test_node_rebooted_into_a_kernel_without_a_driver_build_goes_without_gpus(twin):
+    new = ocp.rhcos_for(TARGET)
+    twin.admin("POST", "faults", {"type": "driver_build_fails", "kernel": new.kernel})
+    kubectl(twin, "patch", "clusterversion", "version", "--type", "merge", "-p",
+            json.dumps({"spec": {"desiredUpdate": {"version": TARGET}}}))  # fmt: skip
+
+    def first_rebooted() -> str:
+        nodes = get(twin, "nodes", "-l", "node-role.kubernetes.io/worker")["items"]
+        return next(
+            (
+                n["metadata"]["name"]
+                for n in nodes
+                if n["status"]["nodeInfo"]["kernelVersion"] == new.kernel and condition(n, "Ready") == "True"
+            ),
+            "",
+        )
+
+    node = wait_for(first_rebooted, what="a worker back on the new RHCOS", timeout=60)
+
+    def driver_pod() -> Any:
+        pods = get(twin, "pods", "-A", "-l", "app.kubernetes.io/component=nvidia-driver",
+                   "--field-selector", f"spec.nodeName={node}")["items"]  # fmt: skip
+        return next((p for p in pods if new.ostree in p["metadata"]["name"]), None)
+
+    def failing_build() -> Any:
+        pod = driver_pod()
+        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        return pod if any(s.get("restartCount", 0) >= 1 and not s.get("ready") for s in statuses) else None
+
+    # The GPU Operator's DaemonSet for the new RHCOS runs a driver pod there, whose build fails.
+    pod = wait_for(failing_build, what=f"the driver pod for {new.ostree} on {node} failing its build")
+    assert pod["spec"]["nodeSelector"]["feature.node.kubernetes.io/system-os_release.OSTREE_VERSION"] == new.ostree
+    allocatable = get(twin, "node", node)["status"]["allocatable"]
+    assert allocatable.get("nvidia.com/gpu", "0") == "0"  # no driver, no device plugin: no GPUs to offer
+
+    def pinned(name: str, gpus: int) -> dict[str, Any]:
+        resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "main", "image": "registry.example/ml:1", "resources": resources}],
+            },
+        }
+
+    for body in (pinned("wants-a-gpu", 1), pinned("cpu-only", 0)):
+        subprocess.run(
+            ["kubectl", "--kubeconfig", str(twin.kubeconfig), "create", "-f", "-"],
+            input=json.dumps(body), text=True, capture_output=True, check=True, timeout=30,
+        )  # fmt: skip
+    wait_for(lambda: get(twin, "pod", "-n", "default", "cpu-only")["status"].get("phase") == "Running", what="cpu pod")
+    gpu_pod = wait_for(
+        lambda: (
+            (p := get(twin, "pod", "-n", "default", "wants-a-gpu")) and condition(p, "PodScheduled") == "False" and p
+        ),
+        what="the GPU pod refused by the scheduler",
+    )
+    assert gpu_pod["status"]["phase"] == "Pending"
+    scheduled = next(c for c in gpu_pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert "Insufficient nvidia.com/gpu" in scheduled["message"]
