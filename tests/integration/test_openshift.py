@@ -153,6 +153,44 @@ def test_full_sequence_check_mode_first_then_pools_one_at_a_time_and_sriov_last(
     assert daemon["status"]["updatedNumberScheduled"] == daemon["status"]["desiredNumberScheduled"] == 6
 
 
+def test_eus_to_eus_moves_the_control_plane_twice_and_each_worker_once(fresh_twin, tmp_path):
+    twin = fresh_twin
+    label_canary(twin)
+    result_file = tmp_path / "result.json"
+    eus_kernel = "5.14.0-427.55.1.el9_4.x86_64"  # RHCOS 418.94.202502100215-0 of OpenShift 4.18.1
+    # GPU Operator v24.9.0 is not validated on 4.18: the matrix has moved it first (the upgrade order's first group).
+    gpu = {"gpu_operator": "v25.3.0", "gpu_driver": "570.124.06"}
+    eus = {
+        "openshift_target": {**TARGET, **gpu, "openshift": "4.18.1", "kernel": eus_kernel},
+        "openshift_previous": {**PREVIOUS, **gpu},
+        "openshift_eus_intermediate": "4.17.12",
+    }
+    boots = boot_ids(twin)
+    canary = run_playbook(PLAYBOOK, twin=twin, extra_vars=role_vars("canary", result_file, **eus))
+    assert canary.returncode == 0, canary.output[-4000:]
+    history = get_json(twin, "clusterversion", "version")["status"]["history"]
+    assert [(h["version"], h["state"]) for h in history] == [
+        ("4.18.1", "Completed"),
+        ("4.17.12", "Completed"),
+        ("4.16.20", "Completed"),
+    ]
+    now = kernels(twin)
+    assert now["master-0"] == now[CANARY] == eus_kernel
+    # The workers sat out both control-plane hops: no reboot, not even into the intermediate RHCOS.
+    assert all(boot_ids(twin)[f"gpu-worker-00{i}"] == boots[f"gpu-worker-00{i}"] for i in range(2, 7))
+    assert all(now[f"gpu-worker-00{i}"] == PREVIOUS["kernel"] for i in range(2, 7))
+
+    promote = run_playbook(PLAYBOOK, twin=twin, extra_vars=role_vars("promote", result_file, **eus))
+    assert promote.returncode == 0, promote.output[-4000:]
+    assert {name: kernel for name, kernel in kernels(twin).items() if name.startswith("gpu-worker-")} == {
+        f"gpu-worker-00{i}": eus_kernel for i in range(1, 7)
+    }
+    # One worker roll: each GPU node was taken out (drained and rebooted) exactly once.
+    spans = twin.report()["nodes"]["unavailable_intervals"]
+    assert {name: len(spans[name]) for name in boots} == dict.fromkeys(boots, 1), spans
+    assert not any(p["spec"].get("paused") for p in pools(twin).values())
+
+
 def test_degraded_pool_halts_naming_pool_node_and_paused_pools(fresh_twin, tmp_path):
     twin = fresh_twin
     label_canary(twin)

@@ -53,6 +53,7 @@ from ..registry import ResourceType
 from ..store import WatchEvent
 from . import podutil
 from .kinds import Kinds
+from .sriov import CONFIG_DAEMON_IMAGE_ENV
 from .wake import Waker
 
 if TYPE_CHECKING:
@@ -665,6 +666,17 @@ def install_sriov(twin: Twin) -> None:
 
         if daemonsets is not None and twin.store.try_get(daemonsets, SRIOV_NAMESPACE, "sriov-network-config-daemon"):
             twin.store.mutate(daemonsets, SRIOV_NAMESPACE, "sriov-network-config-daemon", change)
+        deployments = twin.registry.get("apps", "deployments")
+
+        def set_daemon_image(deployment: Obj) -> None:
+            # The CSV's install strategy carries the operator's environment, the config daemon image included.
+            for container in deployment["spec"]["template"]["spec"]["containers"]:
+                for variable in container.get("env") or ():
+                    if variable.get("name") == CONFIG_DAEMON_IMAGE_ENV:
+                        variable["value"] = f"{SRIOV_IMAGE_BASE}-config-daemon-rhel9:{tag}"
+
+        if deployments is not None and twin.store.try_get(deployments, SRIOV_NAMESPACE, "sriov-network-operator"):
+            twin.store.mutate(deployments, SRIOV_NAMESPACE, "sriov-network-operator", set_daemon_image)
 
     package = Package(
         name=SRIOV_PACKAGE_NAME,

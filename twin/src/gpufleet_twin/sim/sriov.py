@@ -179,6 +179,20 @@ class SriovImages:
         return cls(operator=f"{base}:{tag}", config_daemon=f"{base}-config-daemon:{tag}")
 
 
+# The operator renders the config daemon's DaemonSet with the image this variable of its own Deployment names
+# (upstream's manifests and Helm chart set it; an upgrade that changes only the operator image leaves the daemon old).
+CONFIG_DAEMON_IMAGE_ENV = "SRIOV_NETWORK_CONFIG_DAEMON_IMAGE"
+
+
+def config_daemon_image_of(deployment: Obj | None) -> str | None:
+    containers = ((((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
+    for container in containers or ():
+        for variable in container.get("env") or ():
+            if variable.get("name") == CONFIG_DAEMON_IMAGE_ENV and variable.get("value"):
+                return str(variable["value"])
+    return None
+
+
 def operator_deployment(*, namespace: str, images: SriovImages) -> Obj:
     labels = {"app": OPERATOR_DEPLOYMENT}
     return {
@@ -192,7 +206,13 @@ def operator_deployment(*, namespace: str, images: SriovImages) -> Obj:
                 "metadata": {"labels": dict(labels)},
                 "spec": {
                     "serviceAccountName": OPERATOR_DEPLOYMENT,
-                    "containers": [{"name": OPERATOR_DEPLOYMENT, "image": images.operator}],
+                    "containers": [
+                        {
+                            "name": OPERATOR_DEPLOYMENT,
+                            "image": images.operator,
+                            "env": [{"name": CONFIG_DAEMON_IMAGE_ENV, "value": images.config_daemon}],
+                        }
+                    ],
                 },
             },
         },
@@ -603,7 +623,23 @@ class SriovOperator:
             if running:
                 self.reconcile_node_states(now=now)
                 self._reconcile_daemon_selector()
+                self._reconcile_daemon_image()
         self._finish_syncs(now)
+
+    def _reconcile_daemon_image(self) -> None:
+        wanted = config_daemon_image_of(self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT))
+        daemonset = self.store.try_get(self.kinds.daemonset, self.namespace, CONFIG_DAEMON)
+        if wanted is None or daemonset is None:
+            return
+        containers = daemonset["spec"]["template"]["spec"]["containers"]
+        if all(container.get("image") == wanted for container in containers):
+            return
+
+        def render(ds: Obj) -> None:
+            for container in ds["spec"]["template"]["spec"]["containers"]:
+                container["image"] = wanted
+
+        self.store.mutate(self.kinds.daemonset, self.namespace, CONFIG_DAEMON, render)
 
     def _apply_crossing(self, crossing: Crossing) -> None:
         if not crossing.breaks_nodes:
