@@ -657,23 +657,16 @@ def install_sriov(twin: Twin) -> None:
         return {"stable": builds or (SRIOV_BUILDS["4.16"],)}
 
     def roll_config_daemon(version: str) -> None:
-        daemonsets = twin.registry.get("apps", "daemonsets")
-        tag = f"v{sriov_minor(version)}"
-
-        def change(ds: Obj) -> None:
-            for container in ds["spec"]["template"]["spec"]["containers"]:
-                container["image"] = f"{SRIOV_IMAGE_BASE}-config-daemon-rhel9:{tag}"
-
-        if daemonsets is not None and twin.store.try_get(daemonsets, SRIOV_NAMESPACE, "sriov-network-config-daemon"):
-            twin.store.mutate(daemonsets, SRIOV_NAMESPACE, "sriov-network-config-daemon", change)
+        # The CSV's install strategy carries the operator's environment, the config daemon image included;
+        # the operator (sim/sriov.py) renders its DaemonSet from it.
         deployments = twin.registry.get("apps", "deployments")
+        image = f"{SRIOV_IMAGE_BASE}-config-daemon-rhel9:v{sriov_minor(version)}"
 
         def set_daemon_image(deployment: Obj) -> None:
-            # The CSV's install strategy carries the operator's environment, the config daemon image included.
             for container in deployment["spec"]["template"]["spec"]["containers"]:
                 for variable in container.get("env") or ():
                     if variable.get("name") == CONFIG_DAEMON_IMAGE_ENV:
-                        variable["value"] = f"{SRIOV_IMAGE_BASE}-config-daemon-rhel9:{tag}"
+                        variable["value"] = image
 
         if deployments is not None and twin.store.try_get(deployments, SRIOV_NAMESPACE, "sriov-network-operator"):
             twin.store.mutate(deployments, SRIOV_NAMESPACE, "sriov-network-operator", set_daemon_image)
