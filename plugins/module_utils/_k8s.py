@@ -234,7 +234,6 @@ class KubeApi:
             token = (page.get("metadata") or {}).get("continue")
             query["continue"] = token
             more_pages = bool(token)
-            query["continue"] = token
 
     def create(
         self, ref: ResourceRef, body: Dict[str, Any], *, namespace: Optional[str] = None, dry_run: bool = False

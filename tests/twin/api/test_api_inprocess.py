@@ -21,7 +21,7 @@ from gpufleet_twin.clock import SimClock
 from gpufleet_twin.cluster import RequestInfo, Twin
 from gpufleet_twin.registry import Registry
 from gpufleet_twin.server import ApiServer, install_api_machinery
-from gpufleet_twin.store import Store
+from gpufleet_twin.store import VERIFY_ENCODED_ENV, Store
 
 Scenario = Callable[[Twin, aiohttp.ClientSession, str], Awaitable[None]]
 
@@ -219,3 +219,45 @@ def test_paginated_list_of_10000_nodes_takes_seconds_not_minutes():
         assert elapsed < 10, f"20 pages of 500 nodes took {elapsed:.1f}s"
 
     serve(scenario, prepare=prepare)
+
+
+def test_lists_serve_each_object_as_last_written_and_an_in_place_change_is_caught(monkeypatch):
+    monkeypatch.setenv(VERIFY_ENCODED_ENV, "1")
+
+    async def scenario(twin: Twin, session: aiohttp.ClientSession, url: str) -> None:
+        base = f"{url}/api/v1/namespaces/default/configmaps"
+        for index in range(3):
+            await session.post(base, json={"metadata": {"name": f"cm-{index}"}, "data": {"v": "1"}})
+
+        async def listed() -> tuple[bytes, dict]:
+            async with session.get(base) as response:
+                assert response.status == 200
+                body = await response.read()
+            return body, json.loads(body)
+
+        first_bytes, first = await listed()
+        again_bytes, _ = await listed()
+        assert again_bytes == first_bytes
+        # Byte for byte what encoding the whole list at once gives.
+        assert first_bytes == json.dumps(first, separators=(",", ":")).encode()
+
+        changed = first["items"][1]
+        changed["data"]["v"] = "2"
+        async with session.put(f"{base}/cm-1", json=changed) as response:
+            assert response.status == 200
+        async with session.delete(f"{base}/cm-0") as response:
+            assert response.status == 200
+        _, after = await listed()
+        assert [(item["metadata"]["name"], item["data"]["v"]) for item in after["items"]] == [
+            ("cm-1", "2"),
+            ("cm-2", "1"),
+        ]
+
+        # The store's rule (a stored dict never changes) broken on purpose: the check names the object.
+        configmaps = twin.registry.get("", "configmaps")
+        assert configmaps is not None
+        twin.store.get(configmaps, "default", "cm-2")["data"]["v"] = "changed in place"
+        async with session.get(base) as response:
+            assert response.status == 500
+
+    serve(scenario)

@@ -50,7 +50,7 @@ from .cluster import RequestInfo, Twin
 from .disruption import compute_budget, is_pod_ready, pdb_status
 from .errors import ApiError
 from .registry import Registry, ResourceType
-from .store import Obj, Store, WatchEvent
+from .store import Obj, Store, WatchEvent, compact_json
 
 log = logging.getLogger("gpufleet_twin.server")
 
@@ -1006,11 +1006,24 @@ class ApiServer:
                 raise ApiError(
                     406, "NotAcceptable", "you requested PartialObjectMetadata, but the requested object is a list"
                 )
-            if (media.is_json and not kind) or media.type == YAML_TYPE:
+            if media.type == YAML_TYPE:
                 body = {"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": meta, "items": items}
-                if media.type == YAML_TYPE:
-                    return web.Response(body=yaml.safe_dump(body, sort_keys=False).encode(), content_type=YAML_TYPE)
-                return _json_response(body)
+                return web.Response(body=yaml.safe_dump(body, sort_keys=False).encode(), content_type=YAML_TYPE)
+            if media.is_json and not kind:
+                head = {"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": meta}
+                encoded = self.twin.store.encoded
+                # The same bytes json.dumps would give the whole list, from each item's cached encoding.
+                body_bytes = b"".join(
+                    (
+                        compact_json(head)[:-1],
+                        b',"items":[',
+                        b",".join([encoded(rtype, obj) for obj in items]),
+                        b"]}",
+                    )
+                )
+                response = web.Response(body=body_bytes)
+                response.headers["Content-Type"] = JSON_TYPE
+                return response
         raise ApiError(
             406, "NotAcceptable", "only the following media types are accepted: application/json, application/yaml"
         )
@@ -1883,11 +1896,11 @@ def _eviction_refused(cause: str) -> ApiError:
 
 
 def _event_line(event_type: str, obj: Obj) -> bytes:
-    return (json.dumps({"type": event_type, "object": obj}, separators=(",", ":")) + "\n").encode()
+    return compact_json({"type": event_type, "object": obj}) + b"\n"
 
 
 def _json_response(body: Any, *, status: int = 200, content_type: str = JSON_TYPE) -> web.Response:
-    response = web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status)
+    response = web.Response(body=compact_json(body), status=status)
     response.headers["Content-Type"] = content_type
     return response
 

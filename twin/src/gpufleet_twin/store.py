@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import copy
+import json
+import os
 import secrets
 import uuid
 from collections import deque
@@ -40,6 +42,8 @@ Admission = Callable[[str, ResourceType, Obj, "Obj | None"], None]
 # grace period the request asked for, if any, as deletionGracePeriodSeconds.
 DeleteHandler = Callable[["Store", ResourceType, Obj], "Obj | None"]
 Listener = Callable[["WatchEvent"], None]
+# Set to "1" to check every cached encoding against the object (see Store.encoded).
+VERIFY_ENCODED_ENV = "GPUFLEET_TWIN_VERIFY_ENCODED"
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,10 @@ class Store:
         self._admission: list[Admission] = []
         self._delete_handlers: dict[tuple[str, str], DeleteHandler] = {}
         self._listeners: list[Listener] = []
+        # Each listed object's JSON, kept with the very dict it encodes: a write
+        # stores a new dict, so an entry is current exactly while its dict is.
+        self._encoded: dict[tuple[tuple[str, str], tuple[str, str]], tuple[Obj, bytes]] = {}
+        self._verify_encoded = os.environ.get(VERIFY_ENCODED_ENV) == "1"
 
     # -- configuration -------------------------------------------------------------
     def add_admission(self, hook: Admission) -> None:
@@ -189,6 +197,26 @@ class Store:
                 return ListPage(found, more=True, remaining=end - index)
             found.append(obj)
         return ListPage(found, more=False, remaining=0)
+
+    def encoded(self, rtype: ResourceType, obj: Obj) -> bytes:
+        """The compact JSON of a stored object, encoded once per version of it.
+
+        kube-apiserver keeps serialized objects beside its watch cache for the
+        same reason: a 10,000-node list re-encodes 60 MB of unchanged Nodes
+        otherwise.  Relies on the store's rule that a stored dict never
+        changes; with ``GPUFLEET_TWIN_VERIFY_ENCODED=1`` (the test suite)
+        every cached answer is checked against a fresh encoding.
+        """
+        meta = obj["metadata"]
+        key = (rtype.key, (self._ns(rtype, meta.get("namespace")), meta["name"]))
+        cached = self._encoded.get(key)
+        if cached is not None and cached[0] is obj:
+            if self._verify_encoded and cached[1] != compact_json(obj):
+                raise RuntimeError(f"{rtype.kind} {key[1]} was changed in place after it was stored")
+            return cached[1]
+        text = compact_json(obj)
+        self._encoded[key] = (obj, text)
+        return text
 
     def count(self, rtype: ResourceType) -> int:
         return len(self._bucket(rtype))
@@ -461,6 +489,7 @@ class Store:
         removed["metadata"]["resourceVersion"] = str(rv)
         del self._bucket(rtype)[key]
         self._sorted_keys.pop(rtype.key, None)
+        self._encoded.pop((rtype.key, key), None)
         self._emit(WatchEvent("DELETED", rtype, removed, current, rv))
         return removed
 
@@ -475,6 +504,11 @@ class Store:
                 watcher.offer(event)
         for listener in self._listeners:
             listener(event)
+
+
+def compact_json(obj: Any) -> bytes:
+    """JSON as the API server writes it: no spaces."""
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def _semantically_equal(old: Obj, new: Obj) -> bool:
