@@ -11,6 +11,7 @@ pure drift computation.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
@@ -118,11 +119,18 @@ def _list_if_served(api: KubeApi, ref: ResourceRef, **kwargs: Any) -> List[Dict[
 
 
 def observe_cluster(api: KubeApi, *, firmware_by_node: Optional[Mapping[str, Mapping[str, str]]] = None) -> Observed:
-    """Everything the drift audit compares, from a fixed number of paginated list calls."""
+    """Everything the drift audit compares, from a fixed number of paginated list calls.
+
+    Nodes and pods are streamed: each page is reduced to what the audit
+    keeps and dropped before the next is read, so a 10,000-node audit never
+    holds the whole cluster in memory.
+    """
     return observe_from_api(
-        nodes=api.list(NODES, page_size=NODE_PAGE),
-        pods=api.list(PODS, label_selector=DRIVER_POD_SELECTOR, page_size=POD_PAGE)
-        + api.list(PODS, label_selector=MOFED_POD_SELECTOR, page_size=POD_PAGE),
+        nodes=api.iter_list(NODES, page_size=NODE_PAGE),
+        pods=itertools.chain(
+            api.iter_list(PODS, label_selector=DRIVER_POD_SELECTOR, page_size=POD_PAGE),
+            api.iter_list(PODS, label_selector=MOFED_POD_SELECTOR, page_size=POD_PAGE),
+        ),
         daemonsets=api.list(DAEMONSETS, page_size=POD_PAGE),
         clusterpolicies=_list_if_served(api, CLUSTER_POLICIES),
         csvs=_list_if_served(api, CSVS, page_size=POD_PAGE),

@@ -351,8 +351,11 @@ def observe_from_api(
     deployments: Iterable[Mapping[str, Any]] = (),
     firmware_by_node: Optional[Mapping[str, Mapping[str, str]]] = None,
 ) -> Observed:
-    """Build the observed state from API list items (plain dicts); nothing here talks to the API."""
-    pods = list(pods)
+    """Build the observed state from API list items (plain dicts); nothing here talks to the API.
+
+    ``nodes`` and ``pods`` are each read once, pods first, so they may be
+    streamed page by page.
+    """
     driver_by_node: Dict[str, Tuple[str, str]] = {}
     mofed_by_node: Dict[str, Tuple[Optional[str], bool, str]] = {}
     for pod in pods:

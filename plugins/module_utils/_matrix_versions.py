@@ -27,6 +27,7 @@ Decisions documented in docs/matrix.md:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
@@ -354,6 +355,8 @@ def compare_versions(component: str, left: str, right: str) -> int:
     return parse_version(component, left).compare(parse_version(component, right))
 
 
+# An audit compares the same few version strings on every node: parse each pair once.
+@functools.lru_cache(maxsize=4096)
 def same_version(component: str, left: Optional[str], right: Optional[str]) -> bool:
     """Equal by the component's rules; values that do not parse fall back to exact text."""
     if left is None or right is None:

@@ -128,6 +128,22 @@ def test_observe_cluster_wide_versions(observed: Observed) -> None:
     assert cluster.container_toolkit == "v1.16.2-ubuntu20.04"
 
 
+def test_nodes_and_pods_may_be_streamed_once(snapshot: dict[str, Any], observed: Observed) -> None:
+    # observe_cluster passes page-by-page generators: each must be read once, pods first.
+    read: list[str] = []
+
+    def once(kind: str, items: list[dict[str, Any]]) -> Any:
+        read.append(kind)
+        yield from items
+
+    streamed = observe_from_api(
+        **{**snapshot, "nodes": once("nodes", snapshot["nodes"]), "pods": once("pods", snapshot["pods"])}
+    )
+    assert read == ["pods", "nodes"]
+    assert streamed.nodes == observed.nodes
+    assert streamed.cluster == observed.cluster
+
+
 def test_firmware_from_bmc_inventory_wins_over_labels(snapshot: dict[str, Any]) -> None:
     observed = observe_from_api(**snapshot, firmware_by_node={"gpu-worker-001": {"firmware_cx7": "28.42.1000"}})
     node = observed.nodes[0]
