@@ -184,6 +184,10 @@ def test_request_info_resolution():
     assert (info.verb, info.resource, info.name, info.namespace) == ("get", "namespaces", "ns", "ns")
     info, parts = request_info_for("GET", "/apis", {})
     assert info.verb == "discovery" and parts is None
+    info, _ = request_info_for("PATCH", "/apis/apps/v1/namespaces/ns/deployments/d", {"dryRun": "All"})
+    assert (info.verb, info.dry_run) == ("patch", True)
+    info, _ = request_info_for("GET", "/api/v1/nodes", {"dryRun": "All"})
+    assert info.dry_run is False  # reads have no dry run
 
 
 def test_accept_header_parsing():

@@ -32,6 +32,9 @@ class RequestInfo:
     subresource: str | None = None
     namespace: str | None = None
     name: str | None = None
+    # A write with ``dryRun=All`` in its query (kubectl --dry-run=server, kubernetes.core's check mode): the
+    # server validates it and stores nothing, and apiserver_request_total labels it with dry_run.
+    dry_run: bool = False
 
 
 # Runs before a request is served; may sleep (slow responses) or raise an

@@ -579,6 +579,9 @@ def parse_accept(header: str | None) -> list[MediaRange]:
     return ranges
 
 
+_WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
 def request_info_for(method: str, path: str, query: Any) -> tuple[RequestInfo, list[str] | None]:
     """RequestInfo as kube-apiserver's RequestInfoFactory resolves it, and the resource path parts.
 
@@ -639,6 +642,7 @@ def request_info_for(method: str, path: str, query: Any) -> tuple[RequestInfo, l
         subresource=subresource,
         namespace=namespace,
         name=name,
+        dry_run=verb in _WRITE_VERBS and bool(query.get("dryRun")),
     )
     if len(rest) > 3:
         return info, None

@@ -86,6 +86,7 @@ class Recorder:
         self._by_resource: dict[str, int] = {}
         self._by_verb_resource: dict[str, int] = {}
         self._by_code: dict[str, int] = {}
+        self._dry_run_by_verb_resource: dict[str, int] = {}
         self._gpus_total = 0
         self._capacity: list[tuple[float, int]] = []
         self._disrupted: list[Obj] = []
@@ -113,10 +114,15 @@ class Recorder:
             resource = f"{resource}/{info.subresource}"
         resource = resource or info.path
         self._requests_total += 1
+        _bump(self._by_code, str(status))
+        if info.dry_run:
+            # Counted apart, as apiserver_request_total's dry_run label does: a dry run changes nothing,
+            # so "no writes" stays a plain check of by_verb.
+            _bump(self._dry_run_by_verb_resource, f"{info.verb} {resource}")
+            return
         _bump(self._by_verb, info.verb)
         _bump(self._by_resource, resource)
         _bump(self._by_verb_resource, f"{info.verb} {resource}")
-        _bump(self._by_code, str(status))
 
     def record_disruption(self, pod: Obj, *, node: str, why: str) -> None:
         meta = pod.get("metadata") or {}
@@ -158,7 +164,13 @@ class Recorder:
         now = self._clock.now()
         self._since = now
         self._requests_total = 0
-        for counts in (self._by_verb, self._by_resource, self._by_verb_resource, self._by_code):
+        for counts in (
+            self._by_verb,
+            self._by_resource,
+            self._by_verb_resource,
+            self._by_code,
+            self._dry_run_by_verb_resource,
+        ):
             counts.clear()
         self._intervals = {}
         for name, track in self._nodes.items():
@@ -188,6 +200,7 @@ class Recorder:
                 "by_resource": dict(sorted(self._by_resource.items())),
                 "by_verb_resource": dict(sorted(self._by_verb_resource.items())),
                 "by_code": dict(sorted(self._by_code.items())),
+                "dry_run_by_verb_resource": dict(sorted(self._dry_run_by_verb_resource.items())),
             },
             "nodes": {
                 "unavailable_intervals": {name: list(spans) for name, spans in sorted(self._intervals.items())},
