@@ -997,6 +997,20 @@ def check_catalog_data(data: Mapping[str, Any], *, source: str) -> None:
         missing = [source_id for source_id in cited if source_id not in sources]
         if missing:
             raise CatalogError(f"{source}: {where}: sources {missing} are not defined under sources")
+        _check_fact_values(entry, where=where, source=source)
+
+
+def _check_fact_values(value: Any, *, where: str, source: str) -> None:
+    """Every fact is text: ``cuda: 12.10`` read as a number would compare as 12.1 (the shipped facts are all text)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_fact_values(item, where=f"{where}.{key}", source=source)
+    elif isinstance(value, list):
+        for item in value:
+            _check_fact_values(item, where=where, source=source)
+    elif not isinstance(value, str):
+        written = getattr(value, "written", "") or repr(value)
+        raise CatalogError(f'{source}: {where}: found {written}, expected a string (quote it in YAML: "{written}")')
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model imp
     diff_matrices,
     load_matrix_file,
     matrix_from_configmap,
+    read_text_file,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_planner import plan_stage
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_rules import VIOLATION, WARNING, evaluate_matrix
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema import assert_valid
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema import MatrixWarning, assert_valid
 
 # Nodes are read 500 at a time (the audit's request budget is ceil(N/500) + 15);
 # the few label-selected pod lists use larger pages since one node has at most
@@ -78,8 +79,6 @@ class MatrixSource:
 def read_matrix_file(source: MatrixSource) -> Optional[Matrix]:
     if not source.path:
         return None
-    if not os.path.isfile(source.path):
-        raise InvalidInputError(f"Matrix file {source.path} does not exist or is not a file")
     return load_matrix_file(source.path)
 
 
@@ -91,12 +90,7 @@ def read_catalog(source: MatrixSource) -> Catalog:
         path = beside if os.path.isfile(beside) else None
     if not path:
         return load_catalog()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as err:
-        raise InvalidInputError(f"Cannot read catalog file {path}: {err.strerror}") from err
-    return catalog_from_text(text, origin=path)
+    return catalog_from_text(read_text_file(path, what="catalog"), origin=path)
 
 
 def read_matrix_configmap(api: KubeApi, source: MatrixSource) -> Matrix:
@@ -170,17 +164,23 @@ def run_matrix_check(
             differences = [difference.as_dict() for difference in diff_matrices(matrix, in_cluster)]
     if matrix is None:
         raise InvalidInputError("No matrix given: set src (a file) or configmap_name (the in-cluster ConfigMap)")
-    if matrix.stage(target_stage) is None:
-        raise InvalidInputError(
-            f"{matrix.source}: target stage {target_stage!r} is not in the matrix "
-            f"(it has {', '.join(sorted(matrix.stages))})"
-        )
-
     validation = assert_valid(matrix)
     rules = evaluate_matrix(matrix, catalog=catalog)
+    # Every stage but production is optional: a missing one pins nothing, so its plan has no step.
     plan = plan_stage(matrix, target_stage, catalog=catalog)
     violations = [result.as_dict() for result in rules.by_status(VIOLATION)]
     warnings = [warning.as_dict() for warning in validation.warnings]
+    if matrix.stage(target_stage) is None:
+        warnings.append(
+            MatrixWarning(
+                file=matrix.source,
+                stage=target_stage,
+                key="",
+                found=None,
+                message=f"target stage {target_stage} is not in the matrix (it has "
+                f"{', '.join(sorted(matrix.stages))}): nothing to plan",
+            ).as_dict()
+        )
     warnings += [result.as_dict() for result in rules.by_status(WARNING)]
     result: Dict[str, Any] = {
         "matrix_source": matrix.source,

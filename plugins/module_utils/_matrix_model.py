@@ -22,6 +22,7 @@ current_production when there is no canary stage). The only I/O here is
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
@@ -54,6 +55,13 @@ VERSIONS_FORM_STAGES = {
     "rollback": "rollback",
 }
 VERSIONS_FORM_KEYS = {"driver": "gpu_driver", "sriov": "sriov_operator", "firmware": "firmware_nic"}
+
+# A ConfigMap holds at most 1 MiB, so a bigger matrix could never live in the cluster; the bound also keeps a
+# hostile file from costing memory. No matrix or catalog nests deeper than a handful of levels.
+MAX_MATRIX_BYTES = 1024 * 1024
+MAX_NESTING = 32
+# How much of a found value an error message shows.
+_FOUND_CHARS = 200
 
 FORM_CONFIGMAP = "configmap"
 FORM_STAGES = "stages"
@@ -88,6 +96,8 @@ class MatrixError(InvalidInputError):
         if self.key:
             where.append(f"key {self.key}")
         found = "nothing" if self.found is None else repr(self.found)
+        if len(found) > _FOUND_CHARS:
+            found = found[:_FOUND_CHARS] + "..."
         text = f"{', '.join(where)}: found {found}, expected {self.expected}"
         if self.hint:
             text += f" ({self.hint})"
@@ -177,10 +187,131 @@ def _require_yaml() -> None:
         raise InvalidInputError("PyYAML is required to read a version matrix")
 
 
+class WrittenFloat(float):
+    """A YAML number as the file wrote it: ``cuda: 12.10`` is the float 12.1, but errors must show 12.10."""
+
+    written: str = ""
+
+    def __repr__(self) -> str:
+        return self.written or float.__repr__(self)
+
+
+class WrittenInt(int):
+    """A YAML integer as the file wrote it (``0800`` is octal 512 in YAML 1.1)."""
+
+    written: str = ""
+
+    def __repr__(self) -> str:
+        return self.written or int.__repr__(self)
+
+
+class _RefusedYaml(Exception):
+    """YAML that parses but that a matrix or catalog must not contain; carries what a MatrixError names."""
+
+    def __init__(self, *, key: Optional[str], found: str, expected: str, hint: Optional[str] = None) -> None:
+        super().__init__(found)
+        self.key = key
+        self.found = found
+        self.expected = expected
+        self.hint = hint
+
+
+def _at(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+if HAS_YAML:
+
+    class _MatrixLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+        """``yaml.SafeLoader`` with the checks a file of versions needs.
+
+        PyYAML lets a later duplicate key replace an earlier one, reads ``on:`` as a boolean key and
+        expands aliases however often they nest (a few hundred bytes can expand to gigabytes); a matrix
+        has no use for any of that, so each is refused with its place in the file. Numbers keep their
+        written text so an error about ``12.10`` shows ``12.10``, not ``12.1``.
+        """
+
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self._depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise _RefusedYaml(
+                    key=None,
+                    found=f"the alias *{event.anchor} at {_at(event.start_mark)}",
+                    expected="plain values (anchors and aliases are not supported)",
+                    hint="a stage already inherits every version it does not pin from the stage it builds on",
+                )
+            self._depth += 1
+            try:
+                if self._depth > MAX_NESTING:
+                    event = self.peek_event()
+                    raise _RefusedYaml(
+                        key=None,
+                        found=f"more than {MAX_NESTING} nested levels at {_at(event.start_mark)}",
+                        expected="a matrix a few levels deep",
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: Dict[str, Any] = {}
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise _RefusedYaml(
+                        key="<<",
+                        found=f"a merge key at {_at(key_node.start_mark)}",
+                        expected="plain keys (merge keys are not supported)",
+                    )
+                if key_node.tag != "tag:yaml.org,2002:str":
+                    kind = key_node.tag.rsplit(":", 1)[-1]
+                    raise _RefusedYaml(
+                        key=str(key_node.value),
+                        found=f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} key at {_at(key_node.start_mark)}",
+                        expected="a string key",
+                        hint=f'quote it in YAML: "{key_node.value}"; unquoted on/off/yes/no are booleans, '
+                        "digits are numbers",
+                    )
+                if key_node.value in seen:
+                    raise _RefusedYaml(
+                        key=key_node.value,
+                        found=f"a second {key_node.value} at {_at(key_node.start_mark)}",
+                        expected=f"each key once (the first is at {_at(seen[key_node.value])})",
+                        hint="YAML would silently keep only the last one",
+                    )
+                seen[key_node.value] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_written_float(self, node: Any) -> WrittenFloat:
+            number = WrittenFloat(self.construct_yaml_float(node))
+            number.written = str(node.value)
+            return number
+
+        def construct_written_int(self, node: Any) -> WrittenInt:
+            number = WrittenInt(self.construct_yaml_int(node))
+            number.written = str(node.value)
+            return number
+
+    _MatrixLoader.add_constructor("tag:yaml.org,2002:float", _MatrixLoader.construct_written_float)
+    _MatrixLoader.add_constructor("tag:yaml.org,2002:int", _MatrixLoader.construct_written_int)
+
+
 def parse_yaml_text(text: str, *, source: str) -> Any:
+    """Parse a matrix or catalog text with ``_MatrixLoader``; every problem is a MatrixError naming ``source``."""
     _require_yaml()
+    if len(text) > MAX_MATRIX_BYTES:
+        raise MatrixError(
+            file=source,
+            found=f"{len(text)} characters",
+            expected=f"at most {MAX_MATRIX_BYTES} (1 MiB, what a ConfigMap can hold)",
+        )
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_MatrixLoader)  # nosec B506 - _MatrixLoader is a SafeLoader
+    except _RefusedYaml as exc:
+        raise MatrixError(file=source, key=exc.key, found=exc.found, expected=exc.expected, hint=exc.hint) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "the text"
@@ -189,10 +320,23 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
         ) from exc
 
 
-def _stage_from_mapping(name: str, body: Mapping, *, written_name: str, key_aliases: Mapping[str, str]) -> Stage:
+def _stage_from_mapping(
+    name: str, body: Mapping, *, source: str, written_name: str, key_aliases: Mapping[str, str]
+) -> Stage:
     stage = Stage(name=name, written_name=written_name)
     for written_key, value in body.items():
         key = key_aliases.get(written_key, written_key) if isinstance(written_key, str) else written_key
+        if key in stage.versions or key in stage.metadata:
+            # driver and gpu_driver in one stage (the loader already refused a key written twice).
+            other = stage.written_keys.get(key, key)
+            short = written_key if key != written_key else other
+            raise MatrixError(
+                file=source,
+                stage=stage.label(),
+                key=str(written_key),
+                found=f"both {other} and {written_key}",
+                expected=f"one of them ({short} is short for {key})",
+            )
         if key != written_key:
             stage.written_keys[key] = written_key
         if isinstance(key, str) and key in METADATA_KEYS:
@@ -246,12 +390,14 @@ def matrix_from_data(data: Any, *, source: str) -> Matrix:
             name = VERSIONS_FORM_STAGES.get(written_name, written_name)
             if isinstance(body, Mapping):
                 stages[str(name)] = _stage_from_mapping(
-                    str(name), body, written_name=str(written_name), key_aliases=VERSIONS_FORM_KEYS
+                    str(name), body, source=source, written_name=str(written_name), key_aliases=VERSIONS_FORM_KEYS
                 )
     else:
         for name, body in document.items():
             if isinstance(body, Mapping):
-                stages[str(name)] = _stage_from_mapping(str(name), body, written_name=str(name), key_aliases={})
+                stages[str(name)] = _stage_from_mapping(
+                    str(name), body, source=source, written_name=str(name), key_aliases={}
+                )
     return Matrix(source=source, form=form, stages=stages, document=document)
 
 
@@ -268,14 +414,36 @@ def matrix_from_configmap(configmap: Mapping, *, source: Optional[str] = None) -
     return matrix_from_data(wrapped, source=label)
 
 
+def read_text_file(path: str, *, what: str) -> str:
+    """A matrix or catalog file's text: a missing, oversized or non-UTF-8 file is a MatrixError naming it."""
+    try:
+        if not os.path.isfile(path):
+            raise MatrixError(
+                file=path,
+                found="no such file" if not os.path.exists(path) else "a directory or special file",
+                expected=f"a readable {what} file",
+            )
+        if os.path.getsize(path) > MAX_MATRIX_BYTES:
+            raise MatrixError(
+                file=path,
+                found=f"{os.path.getsize(path)} bytes",
+                expected=f"at most {MAX_MATRIX_BYTES} (1 MiB, what a ConfigMap can hold)",
+            )
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise MatrixError(file=path, found=exc.strerror, expected=f"a readable {what} file") from exc
+    except UnicodeDecodeError as exc:
+        raise MatrixError(
+            file=path,
+            found=f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}, not UTF-8",
+            expected=f"a UTF-8 {what} file",
+        ) from exc
+
+
 def load_matrix_file(path: str) -> Matrix:
     """Read and load a matrix file; the file name is kept for every error."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise MatrixError(file=path, found=exc.strerror, expected="a readable matrix file") from exc
-    return matrix_from_text(text, source=path)
+    return matrix_from_text(read_text_file(path, what="matrix"), source=path)
 
 
 def diff_matrices(left: Matrix, right: Matrix, *, include_metadata: bool = True) -> List[MatrixDifference]:

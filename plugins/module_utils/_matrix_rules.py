@@ -288,7 +288,10 @@ def _rule_driver_cuda(versions: Mapping[str, Any], catalog: Catalog) -> List[Fin
     if fact is None:
         return [Finding(WARNING, f"the CUDA version of driver branch {driver.detail['branch']} is not in catalog")]
     highest = try_parse("cuda", fact.value)
-    if highest is not None and cuda.compare(highest) > 0:
+    if highest is None:
+        return [Finding(WARNING, f"the catalog's CUDA for driver branch {driver.detail['branch']} is {fact.value!r}")]
+    # A driver runs every patch release of the CUDA minor it reports (nvidia-smi says 12.6, 12.6.2 runs).
+    if cuda.key[:2] > highest.key[:2]:
         return [
             Finding(
                 VIOLATION,
@@ -299,10 +302,12 @@ def _rule_driver_cuda(versions: Mapping[str, Any], catalog: Catalog) -> List[Fin
     return [Finding(PASS, f"driver branch {driver.detail['branch']} runs CUDA up to {fact.value}", list(fact.sources))]
 
 
-def _kernel_changed(versions: Mapping[str, Any], previous: Optional[Mapping[str, Any]]) -> bool:
-    if previous is None:
-        return False
-    return not same_version("kernel", _text(previous.get("kernel")), _text(versions.get("kernel")))
+def _platform_changed(versions: Mapping[str, Any], previous: Mapping[str, Any], section: str) -> bool:
+    """The kernel, OpenShift or the operator that builds the driver differs from the set this comes from."""
+    return any(
+        not same_version(component, _text(previous.get(component)), _text(versions.get(component)))
+        for component in ("kernel", "openshift", section)
+    )
 
 
 def _operator_builds_for_kernel(
@@ -313,17 +318,24 @@ def _operator_builds_for_kernel(
     section: str,
     what: str,
 ) -> List[Finding]:
+    """The operator that builds the driver is validated on the stage's OpenShift (so on its RHCOS kernel).
+
+    Checked whenever the kernel, OpenShift or that operator changes: a new OpenShift with the kernel left to
+    inherit, or a new operator on the same OpenShift, is as much a new pairing as a new kernel.
+    """
     kernel_text = _text(versions.get("kernel"))
-    if not _kernel_changed(versions, previous):
-        return [Finding(PASS, f"kernel unchanged ({kernel_text}): the running {what} build stays valid")]
+    title = GROUP_TITLES[section]
+    if previous is not None and not _platform_changed(versions, previous, section):
+        return [Finding(PASS, f"kernel, OpenShift and {title} unchanged: the running {what} build stays valid")]
     operator_text, operator = _parsed(versions, section)
     openshift_text, openshift = _parsed(versions, "openshift")
-    title = GROUP_TITLES[section]
+    if previous is None and (operator is None or openshift is None):
+        return [Finding(PASS, f"not applicable: the baseline pins no {title} or no OpenShift release")]
     findings: List[Finding] = []
     if kernel_text is not None and is_placeholder(kernel_text):
         findings.append(Finding(WARNING, f"the new kernel is a placeholder ({kernel_text!r})"))
     if operator_text is None or operator is None:
-        findings.append(Finding(WARNING, f"the kernel changes but the stage pins no usable {title} version"))
+        findings.append(Finding(WARNING, f"the platform changes but the stage pins no usable {title} version"))
         return findings
     if openshift is None:
         findings.append(
@@ -357,11 +369,21 @@ def _operator_builds_for_kernel(
                 evidence,
             )
         )
+    elif previous is None:
+        # The baseline is what runs: worth knowing, but refusing it would also refuse the upgrade that leaves it.
+        findings.append(
+            Finding(
+                WARNING,
+                f"the baseline runs {title} {tag} on OpenShift {openshift_text}, "
+                f"validated only on OpenShift {', '.join(supported)}",
+                evidence,
+            )
+        )
     else:
         findings.append(
             Finding(
                 VIOLATION,
-                f"the new kernel comes with OpenShift {openshift_text}, but {title} {tag} is validated only on "
+                f"OpenShift {openshift_text} and its RHCOS kernel: {title} {tag} is validated only on "
                 f"OpenShift {', '.join(supported)}",
                 evidence,
             )

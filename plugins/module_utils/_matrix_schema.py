@@ -225,8 +225,12 @@ def _schema_errors(matrix: Matrix) -> List[MatrixError]:
         elif error.validator == "type":
             expected_type = error.validator_value
             hint = None
-            if expected_type == "string" and not isinstance(error.instance, (dict, list)):
-                hint = f'quote it in YAML: "{error.instance}"; unquoted values become numbers or dates'
+            if expected_type == "string" and error.instance is None:
+                hint = "write the version, or leave the key out to keep the one of the stage this builds on"
+            elif expected_type == "string" and not isinstance(error.instance, (dict, list)):
+                # As written: the float of cuda: 12.10 is 12.1, and quoting "12.1" would name another version.
+                written = getattr(error.instance, "written", "") or error.instance
+                hint = f'quote it in YAML: "{written}"; unquoted values become numbers or dates'
             article = (
                 "a string"
                 if expected_type == "string"

@@ -162,6 +162,7 @@ _KERNEL = re.compile(
 )
 _DCGM = re.compile(r"^(\d+\.\d+\.\d+)-(\d+\.\d+\.\d+)(?:-([a-z][a-z0-9.\-]*))?$")
 _TOOL = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([a-z][a-z0-9.\-]*))?$")
+_OS_SUFFIX = re.compile(r"^(?:ubi\d+|ubuntu[\d.]*|rhel[\d.]*|rhcos[\d.\-]*|centos\d*|distroless)$")
 _NCCL = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-(\d+))?$")
 _DIST = re.compile(r"\bel(\d+)(?:_(\d+))?\b")
 
@@ -285,12 +286,15 @@ def _parse_dcgm(text: str) -> Version:
 
 
 def _parse_tool(component: str, text: str) -> Version:
-    # Operand image tags may carry an OS suffix (v0.16.2-ubi8, v1.16.2-ubuntu20.04):
-    # the same release built for another base image.
+    # Operand image tags may carry an OS suffix (v0.16.2-ubi8, v1.16.2-ubuntu20.04): the same release
+    # built for another base image. Any other suffix (v0.17.0-rc.1) is a pre-release, older than its release.
     match = _TOOL.match(text)
     if not match:
         raise VersionParseError(component, text, expected_text(component))
-    return Version(component, text, tuple(int(match.group(i)) for i in (1, 2, 3)), detail={"suffix": match.group(4)})
+    suffix = match.group(4)
+    pre = None if suffix is None or _OS_SUFFIX.match(suffix) else suffix
+    numbers = tuple(int(match.group(i)) for i in (1, 2, 3))
+    return Version(component, text, numbers + _prerelease_key(pre), detail={"suffix": suffix})
 
 
 def _parse_nccl(text: str) -> Version:

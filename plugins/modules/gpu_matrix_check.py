@@ -56,7 +56,9 @@ options:
       - Defaults to C(catalog.yaml) beside O(src) when that file exists.
     type: path
   target_stage:
-    description: Stage the plan leads to from C(current_production).
+    description:
+      - Stage the plan leads to from C(current_production).
+      - A stage the matrix does not have pins nothing, so its plan has no step; a warning says so.
     type: str
     default: canary_testing
     choices: [canary_testing, next_planned, rollback, current_production]

@@ -81,6 +81,19 @@ def test_drift_can_be_reported_without_failing(shared_twin, tmp_path):
     assert json.loads((tmp_path / "audit.json").read_text())["drift"]["nodes_with_drift"] == ["gpu-worker-003"]
 
 
+def test_a_matrix_with_production_only_audits_without_a_plan(shared_twin, tmp_path):
+    # Every stage but current_production is optional; the role's default target (canary_testing) is then empty.
+    text = MATRIX.read_text()
+    production_only = tmp_path / "production-only.yaml"
+    production_only.write_text(text[: text.index("    canary_testing:")])
+    run = audit(shared_twin, tmp_path / "out", audit_matrix_file=str(production_only))
+    assert run.returncode == 0, run.output
+    result = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert result["valid"] is True and result["plan"]["steps"] == []
+    assert any("canary_testing is not in the matrix" in w["message"] for w in result["matrix_warnings"])
+    assert result["drift"]["nodes_with_drift"] == []
+
+
 MALFORMED = {
     "unknown_key": (
         "current_production:\n  gpu_operator: v24.9.0\n  gpu_drvier: 560.35.03\n",
@@ -92,6 +105,13 @@ MALFORMED = {
     ),
     "stage_not_a_mapping": ("current_production: [v24.9.0]\n", ["current_production"]),
     "yaml_syntax": ("current_production:\n  gpu_driver: [560.35.03\n", ["yaml"]),
+    # Plain YAML would keep the second value without a word.
+    "duplicate_key": (
+        "current_production:\n  gpu_operator: v24.9.0\n  gpu_operator: v25.3.0\n",
+        ["gpu_operator", "a second gpu_operator at line 3"],
+    ),
+    # YAML reads 12.10 as the float 12.1: the message shows what the file says.
+    "unquoted_cuda": ("current_production:\n  gpu_operator: v24.9.0\n  cuda: 12.10\n", ["cuda", "found 12.10"]),
 }
 
 

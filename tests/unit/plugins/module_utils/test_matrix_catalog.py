@@ -139,6 +139,16 @@ def test_user_catalog_may_cite_shipped_sources_and_override_a_fact() -> None:
     assert catalog.openshift_minor("4.17")["rhel"] == "9.4"
 
 
+def test_a_user_fact_written_as_a_number_is_refused_as_written() -> None:
+    # Unquoted, 12.10 would be the float 12.1 and compare as CUDA 12.1.
+    text = "sources: {s: {url: 'https://example.com'}}\ndriver_cuda:\n  '570': {cuda: 12.10, sources: [s]}\n"
+    with pytest.raises(CatalogError) as caught:
+        catalog_from_text(text, origin="catalog.yaml")
+    assert str(caught.value) == (
+        'catalog.yaml: driver_cuda.570.cuda: found 12.10, expected a string (quote it in YAML: "12.10")'
+    )
+
+
 def test_unknown_section_is_refused() -> None:
     with pytest.raises(CatalogError, match="unknown catalog sections"):
         load_catalog({"ofed": {}})

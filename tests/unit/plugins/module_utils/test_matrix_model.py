@@ -11,6 +11,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model imp
     FORM_CONFIGMAP,
     FORM_STAGES,
     FORM_VERSIONS,
+    MAX_MATRIX_BYTES,
     MatrixError,
     diff_matrices,
     load_matrix_file,
@@ -143,3 +144,62 @@ def test_diff_reports_changed_missing_and_extra() -> None:
     }
     without_metadata = diff_matrices(file_matrix, cluster_matrix, include_metadata=False)
     assert {(d.stage, d.key) for d in without_metadata} == {("canary_testing", "gpu_driver"), ("rollback", None)}
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "found"),
+    [
+        # PyYAML alone keeps the last of two equal keys: the stage would silently use 4.17.1.
+        ("current_production:\n  openshift: 4.16.23\n  openshift: 4.17.1\n", "openshift", "a second openshift"),
+        ("current_production: {a: '1'}\ncurrent_production: {a: '2'}\n", "current_production", "a second"),
+        ("current_production:\n  on: '1'\n", "on", "a bool key at line 2"),
+        ("current_production:\n  560: x\n", "560", "an int key at line 2"),
+        ("current_production:\n  <<: {openshift: '4.16.23'}\n", "<<", "a merge key"),
+    ],
+)
+def test_keys_written_twice_or_not_as_text_are_refused_with_their_line(text: str, key: str, found: str) -> None:
+    with pytest.raises(MatrixError) as caught:
+        matrix_from_text(text, source="m.yaml")
+    assert caught.value.key == key
+    assert found in caught.value.found
+
+
+def test_a_duplicate_key_inside_the_configmaps_text_is_refused() -> None:
+    text = "kind: ConfigMap\ndata:\n  matrix.yaml: |\n    current_production:\n      cuda: '12.6'\n      cuda: '12.8'\n"
+    with pytest.raises(MatrixError) as caught:
+        matrix_from_text(text, source="cm.yaml")
+    assert caught.value.file == "cm.yaml data.matrix.yaml" and caught.value.key == "cuda"
+
+
+def test_a_short_key_and_its_full_name_in_one_stage_are_refused() -> None:
+    text = "versions:\n  current: {driver: '560.35.03', gpu_driver: '550.90.07'}\n"
+    with pytest.raises(MatrixError) as caught:
+        matrix_from_text(text, source="m.yaml")
+    assert caught.value.found == "both driver and gpu_driver"
+    assert caught.value.expected == "one of them (driver is short for gpu_driver)"
+
+
+def test_aliases_and_deep_nesting_are_refused_before_they_cost_anything() -> None:
+    # Nine levels of aliases expand to 10**9 nodes: refused at the first alias, in no time.
+    bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)
+    )
+    with pytest.raises(MatrixError) as caught:
+        matrix_from_text(bomb, source="bomb.yaml")
+    assert "alias *a0" in caught.value.found
+    with pytest.raises(MatrixError) as caught:
+        matrix_from_text("current_production: " + "[" * 2000 + "]" * 2000, source="deep.yaml")
+    assert "nested levels" in caught.value.found
+
+
+def test_files_too_big_not_utf8_or_not_files_name_what_is_wrong(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * MAX_MATRIX_BYTES + "\n")
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("current_production: {notes: 'd\xe9ploy\xe9'}\n".encode("latin-1"))
+    cases = {big: "bytes", latin1: "not UTF-8", tmp_path: "a directory"}
+    for path, found in cases.items():
+        with pytest.raises(MatrixError) as caught:
+            load_matrix_file(str(path))
+        assert caught.value.file == str(path)
+        assert found in caught.value.found

@@ -179,6 +179,8 @@ def test_cuda_above_what_the_driver_runs(catalog: Catalog) -> None:
     assert _statuses(findings) == [VIOLATION]
     assert findings[0].message == "driver branch 550 runs CUDA up to 12.4; the stage expects 12.6"
     assert _statuses(_findings(dict(PRODUCTION, cuda="12.2"), catalog, "driver_cuda")) == [PASS]
+    # nvidia-smi reports major.minor; every patch release of that minor runs (12.4.1 on a 12.4 driver).
+    assert _statuses(_findings(dict(PRODUCTION, cuda="12.4.1"), catalog, "driver_cuda")) == [PASS]
 
 
 def test_kernel_change_within_the_operators_openshift_range(catalog: Catalog) -> None:
@@ -189,7 +191,22 @@ def test_kernel_change_within_the_operators_openshift_range(catalog: Catalog) ->
     mofed = _findings(after, catalog, "mofed_kernel", previous=PRODUCTION)
     assert _statuses(mofed) == [PASS]
     unchanged = _findings(PRODUCTION, catalog, "driver_kernel", previous=PRODUCTION)
-    assert unchanged[0].message.startswith("kernel unchanged")
+    assert unchanged[0].message.startswith("kernel, OpenShift and GPU Operator unchanged")
+
+
+def test_a_new_openshift_or_operator_is_checked_even_when_the_kernel_is_inherited(catalog: Catalog) -> None:
+    # OpenShift 4.19 with the kernel left out (inherited): still a new RHCOS for the drivers.
+    newer_openshift = dict(PRODUCTION, openshift="4.19.9")
+    assert newer_openshift["kernel"] == PRODUCTION["kernel"]
+    assert _statuses(_findings(newer_openshift, catalog, "driver_kernel", previous=PRODUCTION)) == [VIOLATION]
+    assert _statuses(_findings(newer_openshift, catalog, "mofed_kernel", previous=PRODUCTION)) == [VIOLATION]
+    # A GPU Operator release not validated on the OpenShift that runs.
+    newer_operator = dict(PRODUCTION, gpu_operator="v26.3.0", gpu_driver="580.126.20")
+    findings = _findings(newer_operator, catalog, "driver_kernel", previous=PRODUCTION)
+    assert _statuses(findings) == [VIOLATION]
+    assert "GPU Operator v26.3.0 is validated only on OpenShift 4.17" in findings[0].message
+    # The baseline itself is what runs: the same pairing there is a warning, never a refusal.
+    assert _statuses(_findings(newer_operator, catalog, "driver_kernel")) == [WARNING]
 
 
 def test_kernel_change_outside_kubernetes_catalog_is_a_warning(catalog: Catalog) -> None:

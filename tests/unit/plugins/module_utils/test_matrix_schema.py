@@ -97,7 +97,9 @@ def test_unquoted_numbers_and_dates_must_be_quoted() -> None:
     # YAML already turned 12.10 into 12.1: the reason the schema wants strings.
     assert errors["cuda"].found == 12.1
     assert errors["cuda"].expected == "a string"
-    assert "quote it" in errors["cuda"].hint
+    # ...but the message shows what the file says, and the hint quotes that, not the float's 12.1.
+    assert "found 12.10," in errors["cuda"].msg
+    assert 'quote it in YAML: "12.10"' in errors["cuda"].hint
     assert errors["deployed"].found == "2026-01-15"
 
 

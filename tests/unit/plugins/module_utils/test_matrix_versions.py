@@ -76,6 +76,13 @@ def test_same_release_written_two_ways(component: str, left: str, right: str) ->
     assert same_version(component, left, right)
 
 
+@pytest.mark.parametrize("component", ["device_plugin", "container_toolkit"])
+def test_an_operand_release_candidate_is_not_its_release(component: str) -> None:
+    assert not same_version(component, "v0.17.0", "v0.17.0-rc.1")
+    assert parse_version(component, "v0.17.0-rc.1").compare(parse_version(component, "v0.17.0")) < 0
+    assert parse_version(component, "v0.17.0-rc.1").compare(parse_version(component, "v0.16.2-ubi8")) > 0
+
+
 def test_different_mofed_builds_differ_when_both_are_given() -> None:
     assert not same_version("mofed", "24.01-0.3.3.1-0", "24.01-0.3.3.1-10")
 
