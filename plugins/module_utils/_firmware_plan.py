@@ -111,6 +111,10 @@ def compare_firmware(installed: str, target: str, *, mellanox: bool) -> Optional
         if left is not None and right is not None:
             return left.compare(right)
     left_key, right_key = _generic_key(installed), _generic_key(target)
+    # Missing trailing numeric fields are zeros: iDRAC 7.10.30.00 is the 7.10.30 of its release notes.
+    width = max(len(left_key), len(right_key))
+    left_key += ((0, 0),) * (width - len(left_key))
+    right_key += ((0, 0),) * (width - len(right_key))
     if left_key == right_key:
         return 0
     return -1 if left_key < right_key else 1
@@ -226,6 +230,10 @@ class ComponentPlan:
         }
 
 
+# The BMC's own firmware: updating it restarts the BMC, never the host.
+BMC_DEVICE_PREFIX = "iDRAC."
+
+
 @dataclass(frozen=True)
 class FlashPlan:
     components: Tuple[ComponentPlan, ...]
@@ -235,6 +243,15 @@ class FlashPlan:
     @property
     def changes(self) -> Tuple[ComponentPlan, ...]:
         return tuple(component for component in self.components if component.needs_work)
+
+    @property
+    def reboots_host(self) -> bool:
+        """Applying the changes restarts the host: they touch more than the BMC's own firmware."""
+        return any(
+            not device.device.startswith(BMC_DEVICE_PREFIX)
+            for component in self.changes
+            for device in component.to_change
+        )
 
     def as_dict(self) -> List[Dict[str, Any]]:
         return [component.as_dict() for component in self.components]
@@ -354,6 +371,11 @@ def plan_flash(
     allow_downgrade: bool = False,
 ) -> FlashPlan:
     """The plan for every component; one device matched by two components is an error."""
+    labels = [spec.label for spec in specs]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        # Images and jobs are kept by label: a second component of that name would upload the first one's image.
+        raise InvalidInputError(f"Components named more than once: {', '.join(repeated)}; give each its own name")
     components = tuple(
         plan_component(spec, inventory, rollback=rollback, allow_downgrade=allow_downgrade) for spec in specs
     )

@@ -58,10 +58,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget i
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
     NodeStep,
+    ProgressKeys,
     RolloutSettings,
     StepContext,
     drain_step,
     run_rollout,
+    unfinished_nodes,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
@@ -279,11 +281,20 @@ class NodeFirmware:
         return entry
 
     # -- steps ---------------------------------------------------------------------------------------
+    def _boot_id(self, node: str) -> str:
+        seen = self.api.get(NODES, node) or {}
+        return str(((seen.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+
+    def _expect_reboot(self, node: str, boot_id: str) -> None:
+        """wait-node-ready will wait for a boot ID other than ``boot_id`` (read before anything could reboot)."""
+        with self._lock:
+            self._boot_ids.setdefault(node, boot_id)
+
     def flash(self, context: StepContext) -> Dict[str, Any]:
         node = context.node_name
-        before = self.api.get(NODES, node) or {}
         with self._lock:
-            self._boot_ids[node] = str(((before.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+            self._boot_ids.pop(node, None)
+        boot_id = self._boot_id(node)  # before any job runs: an Immediate one may reboot the host
 
         def run(flasher: BmcFlasher) -> Dict[str, Any]:
             pending = flasher.pending_jobs()
@@ -302,6 +313,8 @@ class NodeFirmware:
             started = flasher.upload(plan)
             with self._lock:
                 self._jobs[node] = started
+            if self.options.flash.apply_time == "Immediate" and plan.reboots_host:
+                self._expect_reboot(node, boot_id)
             return {"jobs": [job.as_dict() for job in started], "components": plan.as_dict()}
 
         return self._with_flasher(node, run)
@@ -316,6 +329,7 @@ class NodeFirmware:
             waiting = flasher.waiting_for_reset()
             detail: Dict[str, Any] = {}
             if options.apply_time != "Immediate" and waiting:
+                self._expect_reboot(node, self._boot_id(node))
                 detail["reset"] = flasher.reset_host()
             elif not flasher.jobs:
                 return {"reset": None, "why": "no update job waits for a reset"}
@@ -331,6 +345,8 @@ class NodeFirmware:
     def wait_node(self, context: StepContext) -> Dict[str, Any]:
         node = context.node_name
         with self._lock:
+            # Only a reset, or an Immediate host update, reboots the host; the BMC's own update
+            # (or a resumed node with nothing left to apply) brings no new boot ID to wait for.
             boot_id = self._boot_ids.get(node, "")
         what = f"node {node} to be Ready" + (" after its reboot" if boot_id else "") + " with its GPUs allocatable"
         try:
@@ -457,7 +473,12 @@ def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str,
             "Preflight failed, no node was touched: " + "; ".join(f"{p['node']}: {p['reason']}" for p in problems),
             result=result,
         )
-    targets = [entry["node"] for entry in reports if entry["needs_work"] or entry["pending_jobs"]]
+    unfinished = set(unfinished_nodes(pool, ProgressKeys(options.rollout_name)))
+    targets = [
+        entry["node"]
+        for entry in reports
+        if entry["needs_work"] or entry["pending_jobs"] or entry["node"] in unfinished
+    ]
     if targets and not options.flash.rollback:
         # Images the BMCs will fetch: checked once here, before any node is touched.
         check_remote_images(

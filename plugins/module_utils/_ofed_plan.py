@@ -287,7 +287,10 @@ def _merge_diff(current: Mapping[str, Any], desired: Mapping[str, Any]) -> Dict[
 def ofed_policy_patch(
     policy: Mapping[str, Any], *, version: str, auto_upgrade: Optional[AutoUpgradeSettings] = None
 ) -> Dict[str, Any]:
-    """The merge patch that sets ``ofedDriver.version`` (and the upgradePolicy), or {} when nothing differs."""
+    """The merge patch that sets ``ofedDriver.version`` and the upgradePolicy, or {} when nothing differs.
+
+    Without ``auto_upgrade`` (a rolling rollout) the operator's autoUpgrade is turned off.
+    """
     ofed = (policy.get("spec") or {}).get("ofedDriver")
     if not isinstance(ofed, Mapping):
         raise InvalidInputError(
@@ -297,6 +300,10 @@ def ofed_policy_patch(
     desired: Dict[str, Any] = {"version": version}
     if auto_upgrade is not None:
         desired["upgradePolicy"] = auto_upgrade.upgrade_policy()
+    elif (ofed.get("upgradePolicy") or {}).get("autoUpgrade") is True:
+        # A rolling rollout is the only actor: left on (by hand, or by an earlier auto_upgrade run), the
+        # operator's own controller would reload nodes beside it, outside the budget (it has no maxUnavailable).
+        desired["upgradePolicy"] = {"autoUpgrade": False}
     diff = _merge_diff(ofed, desired)
     return {"spec": {"ofedDriver": diff}} if diff else {}
 

@@ -67,7 +67,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget i
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
     STATE_FAILED,
-    STATE_IN_PROGRESS,
     KubeRolloutCluster,
     NodeStep,
     ProgressKeys,
@@ -76,7 +75,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     drain_step,
     execute_rollout,
     iso,
-    read_progress,
+    unfinished_nodes,
     utc_now,
     wait_for_jobs_step,
 )
@@ -205,11 +204,7 @@ def read_cluster(api: KubeApi, options: OfedRolloutOptions) -> ClusterView:
     nodes = api.list(NODES)
     pods = mofed_pods_by_node(list_mofed_pods(api, options))
     keys = ProgressKeys(options.rollout_name)
-    unfinished = [
-        node_name(node)
-        for node in nodes
-        if options.mode == MODE_ROLLING and read_progress(node, keys).state in (STATE_IN_PROGRESS, STATE_FAILED)
-    ]
+    unfinished = unfinished_nodes(nodes, keys) if options.mode == MODE_ROLLING else []
     selection = select_targets(
         nodes=nodes,
         pods=pods,
@@ -463,15 +458,14 @@ def run_auto_upgrade(
     def decide(nodes: Mapping[str, AutoNode], current_pool: Mapping[str, Any]) -> Tuple[List[str], Dict[str, str]]:
         finished = [name for name in order if nodes[name].done]
         failed = [name for name in order if nodes[name].failed]
-        # Running: the controller is working on it (a state past upgrade-required), or this run released it;
-        # a node left unheld by an earlier run of this module is running too once it moved on.
+        # Running: the controller is working on it (a state past upgrade-required: the skip label no longer
+        # stops it there, so a label put on by someone else changes nothing), or this run released it.
         running = [
             name
             for name in order
             if name not in finished
             and name not in failed
-            and not nodes[name].held
-            and (name in released_now or nodes[name].state not in IDLE_STATES)
+            and ((name in released_now and not nodes[name].held) or nodes[name].state not in IDLE_STATES)
         ]
         decision = next_nodes_to_start(
             order=order,
@@ -486,10 +480,15 @@ def run_auto_upgrade(
 
     start_now, waiting = decide(observed, pool)
     # Every node of the pool that is not at the target and not released now waits under the skip label.
+    # A node the controller already works on is left alone: a skip label would not stop it, only hide it.
     to_hold = [
         name
         for name in view.selection.pool
-        if name not in start_now and name not in held_by_others and not observed[name].done and not observed[name].held
+        if name not in start_now
+        and name not in held_by_others
+        and not observed[name].done
+        and not observed[name].held
+        and observed[name].state in IDLE_STATES
     ]
     to_release = [name for name in start_now if observed[name].held_by_us]
     plan = {

@@ -59,6 +59,12 @@ SERVICE_ROOT = "/redfish/v1"
 JSON_TYPE = "application/json"
 # Statuses a BMC answers while it is busy or coming up; a request may be sent again.
 _RETRY_STATUSES = frozenset({502, 503, 504})
+# Methods sent again after a timeout or a dropped connection. A POST (an update, a reset) may have been
+# carried out before its answer was lost: sent again it would start a second job or a second reset.
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+# What an iDRAC answers while it restarts: 401 until its accounts are loaded, 500/503 from a half-up service
+# (Dell's DeviceFirmwareMultipartUploadREDFISH.py waits through the same codes after an iDRAC update).
+RESTARTING_STATUSES = frozenset({401, 500, 503})
 _MAX_MESSAGE = 600
 
 # DMTF TaskState values (Task.v1) grouped by what they mean to a caller.
@@ -359,6 +365,7 @@ class RedfishClient:
         self._token = ""
         self._session_uri = ""
         self._basic = False
+        self._login_pending = False  # a session died and the next login has not succeeded yet
         self._services: Optional[ServiceMap] = None
         self.requests = 0  # for tests and reports: how many HTTP requests this client sent
 
@@ -419,6 +426,11 @@ class RedfishClient:
                         "give the CA with ca_path (or validate_certs=false on a lab system)"
                     ) from err
                 last_error = _reason(err)
+                if method not in _IDEMPOTENT_METHODS and not _never_delivered(err):
+                    raise RedfishUnreachableError(
+                        f"BMC {self.address}: {method} {uri} got no answer ({last_error}); not sent again, "
+                        "since the BMC may have carried it out: look at its jobs before retrying"
+                    ) from err
             else:
                 if response.status not in _RETRY_STATUSES:
                     return response
@@ -448,10 +460,15 @@ class RedfishClient:
         if data is not None:
             sent.setdefault("Content-Type", content_type)
         wait = timeout or self.settings.timeout
+        if self._login_pending:
+            self.login()
         response = self._exchange(method, uri, data=data, headers=sent, timeout=wait)
         if response.status == 401 and self._token:
-            # The session died (the BMC restarted or it timed out): log in again, once.
+            # The session died (the BMC restarted or it timed out): log in again. Until a login succeeds,
+            # every request tries it first: a BMC still starting refuses logins for a while, and the client
+            # must not go on without credentials.
             self._token, self._session_uri = "", ""
+            self._login_pending = True
             self.login()
             response = self._exchange(method, uri, data=data, headers=sent, timeout=wait)
         if response.status not in ok:
@@ -490,6 +507,7 @@ class RedfishClient:
             self._basic = True
             # Check the credentials now, so a wrong password fails here with a clear message.
             self._check_basic_auth(root)
+            self._login_pending = False
             return
         self._basic = False
         payload = {"UserName": self.settings.username, "Password": self.settings.password}
@@ -509,6 +527,7 @@ class RedfishClient:
             raise RedfishError(f"BMC {self.address}: the login answered without an X-Auth-Token")
         self._token = token
         self._session_uri = response.location or odata_id(response.body)
+        self._login_pending = False
 
     def _check_basic_auth(self, root: Mapping[str, Any]) -> None:
         probe = odata_id(root.get("Systems")) or SERVICE_ROOT
@@ -531,6 +550,7 @@ class RedfishClient:
         """End the session; returns a warning ('' when fine). Never raises: it runs in ``finally``."""
         token, uri = self._token, self._session_uri
         self._basic = False
+        self._login_pending = False
         if not token or not uri:
             self._token, self._session_uri = "", ""
             return ""
@@ -635,7 +655,11 @@ class RedfishClient:
         return self.request("POST", target, data=data, content_type=content_type, timeout=timeout)
 
     def task_progress(self, task_uri: str) -> UpdateProgress:
-        return task_progress(self.get(task_uri))
+        # A DMTF task monitor answers 202 with the Task while it runs (iDRAC's Tasks/JID_... too), 200 after.
+        response = self.request("GET", task_uri, ok=(200, 202))
+        if not isinstance(response.body, dict):
+            raise RedfishError(f"BMC {self.address}: GET {task_uri} did not return a JSON object")
+        return task_progress(response.body)
 
     def follow(
         self,
@@ -648,6 +672,8 @@ class RedfishClient:
     ) -> UpdateProgress:
         """Poll ``observe`` until ``done``; a BMC that does not answer meanwhile (restarting) is polled again.
 
+        Restarting includes a BMC that answers 401, 500 or 503 (``RESTARTING_STATUSES``): the credentials
+        worked when the session began, so a refusal now is the BMC coming back, not a wrong password.
         Bounded by ``timeout``; on timeout a RedfishError says what was last seen.
         """
         unreachable = UpdateProgress(state=PROGRESS_RUNNING, detail="unreachable")
@@ -657,6 +683,10 @@ class RedfishClient:
                 return observe()
             except RedfishUnreachableError as err:
                 return UpdateProgress(state=PROGRESS_RUNNING, detail="unreachable", message=err.msg)
+            except RedfishHttpError as err:
+                if err.status not in RESTARTING_STATUSES:
+                    raise
+                return UpdateProgress(state=PROGRESS_RUNNING, detail="restarting", message=err.msg)
 
         try:
             outcome = wait_until(
@@ -723,6 +753,13 @@ def _parse_json(payload: bytes) -> Any:
         return json.loads(payload.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return None
+
+
+def _never_delivered(err: BaseException) -> bool:
+    """The request cannot have reached the BMC: the connection was refused or the name did not resolve."""
+    reason = getattr(err, "reason", None)
+    cause = reason if isinstance(reason, BaseException) else err
+    return isinstance(cause, (ConnectionRefusedError, socket.gaierror))
 
 
 def _reason(err: BaseException) -> str:

@@ -32,7 +32,7 @@ import functools
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     GpuFleetError,
@@ -186,6 +186,15 @@ def read_progress(node: Mapping[str, Any], keys: ProgressKeys) -> NodeProgress:
     )
 
 
+def unfinished_nodes(nodes: Iterable[Mapping[str, Any]], keys: ProgressKeys) -> List[str]:
+    """Nodes an earlier run began and did not finish: in progress, failed, or failed and cleared to pending.
+
+    They stay targets whatever their component runs now: one may still be cordoned by the rollout (resume
+    and uncordon it) or have failed after its change took effect (it must halt the rollout).
+    """
+    return [node_name(node) for node in nodes if read_progress(node, keys).unfinished_attempt]
+
+
 @dataclass(frozen=True)
 class Disposition:
     """What the engine does with one target node, and why."""
@@ -239,7 +248,9 @@ def start_annotations(
     annotations: Dict[str, Optional[str]] = {
         keys.state: STATE_IN_PROGRESS,
         keys.target: target,
-        keys.step: CORDON_STEP,
+        # Resuming keeps the step it resumes from: a second interruption before the next step is recorded
+        # must not send the node back to the first step.
+        keys.step: progress.step if resuming_same and progress.step else CORDON_STEP,
         keys.started_at: progress.started_at if resuming_same and progress.started_at else moment,
         keys.step_started_at: moment,
         keys.finished_at: None,
@@ -682,6 +693,13 @@ class KubeRolloutCluster:
 # -- the executor ------------------------------------------------------------------------------------
 
 
+def failure_reason(err: BaseException) -> str:
+    """A failure as the node's annotation and the report show it; an unexpected error says it was one."""
+    if isinstance(err, GpuFleetError):
+        return err.msg
+    return f"unexpected {type(err).__name__}: {err}"
+
+
 class _NodeWorker:
     """Runs one node's steps on a worker thread and keeps its timeline."""
 
@@ -727,12 +745,14 @@ class _NodeWorker:
             current = UNCORDON_STEP
             self._timed(run, UNCORDON_STEP, lambda: self.cluster.finish_node(name))
             run.outcome = STATE_DONE
-        except GpuFleetError as err:
+        except Exception as err:  # pylint: disable=broad-except
+            # Broad on purpose: whatever stopped a step (an odd BMC payload, a bug), the node must end up
+            # marked failed, with a Warning Event, and halt the rollout, not look merely interrupted.
             run.outcome = STATE_FAILED
             run.failed_step = current
-            run.error = err.msg
+            run.error = failure_reason(err)
             try:
-                self.cluster.fail_node(name, step=current, reason=err.msg)
+                self.cluster.fail_node(name, step=current, reason=run.error)
             except GpuFleetError as record_err:
                 run.error += f" (and the failure could not be recorded on the node: {record_err.msg})"
         run.ended = iso(self.now())
@@ -755,9 +775,9 @@ class _NodeWorker:
         began = self.clock()
         try:
             detail = action()
-        except GpuFleetError as err:
+        except Exception as err:  # pylint: disable=broad-except
             record.outcome = STATE_FAILED
-            record.error = err.msg
+            record.error = failure_reason(err)
             raise
         finally:
             record.ended = iso(self.now())

@@ -108,9 +108,23 @@ def test_canary_promote_rerun_and_rollback(twin: TwinProcess, tmp_path: pathlib.
     assert {name: bmc_view(twin, name)["updateRequests"] for name in nodes} == uploads
     assert not any(node["spec"].get("unschedulable") for node in gpu_nodes(twin).values())
 
+    # Had the canary failed after its flash (its GPUs not back, say), it would be cordoned and marked failed
+    # with its firmware already at the target: the promotion must still halt on it, touching nothing.
+    kubectl(twin, "cordon", CANARY)
+    kubectl(twin, "annotate", "node", CANARY, f"{STATE}=failed", "--overwrite")
+    run, result = run_role(twin, tmp_path, promote)
+    assert run.returncode != 0 and "halted by a failed node" in result["msg"] and CANARY in result["msg"]
+    assert {name: bmc_view(twin, name)["updateRequests"] for name in nodes} == uploads
+    # A person clears it: the promotion finishes the canary (nothing to flash, no reboot to wait for) and
+    # uncordons it, then rolls the others.
+    kubectl(twin, "annotate", "node", CANARY, f"{STATE}=pending", "--overwrite")
     run, result = run_role(twin, tmp_path, promote)
     assert run.returncode == 0, run.output
-    assert sorted(result["nodes_done"]) == [n for n in nodes if n != CANARY] and result["failures"] == []
+    assert sorted(result["nodes_done"]) == nodes and result["failures"] == []
+    canary_run = next(entry for entry in result["timeline"] if entry["node"] == CANARY)
+    flash = next(step for step in canary_run["steps"] if step["name"] == "flash")
+    assert flash["detail"]["nothing_to_flash"] is True
+    assert bmc_view(twin, CANARY)["updateRequests"] == uploads[CANARY]
     assert result["peak_unavailable"] <= 2
     assert {nic_firmware(twin, name) for name in nodes} == {NEW_CX7}
     assert not any(node["spec"].get("unschedulable") for node in gpu_nodes(twin).values())

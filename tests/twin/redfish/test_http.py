@@ -263,6 +263,10 @@ def test_idrac_update_restarts_the_bmc_and_ends_sessions(bmcs: BmcHarness) -> No
     stale = bmcs.get(NODE, "/redfish/v1/Managers/iDRAC.Embedded.1", token=token)
     assert stale.status == 401
     assert error_ids(stale) == ["Base.1.12.NoValidSession"]
+    # Back on the network, it refuses even good credentials until its accounts are loaded.
+    assert bmcs.get(NODE, "/redfish/v1", auth=None).status == 200
+    assert bmcs.get(NODE, "/redfish/v1/Managers/iDRAC.Embedded.1").status == 401
+    bmcs.advance(TIMINGS.bmc_auth_warmup_seconds)
     manager = bmcs.get(NODE, "/redfish/v1/Managers/iDRAC.Embedded.1").json()
     assert manager["FirmwareVersion"] == "7.20.10.50"
     assert "Previous-25227-7.10.30.00__iDRAC.Embedded.1-1" in bmcs.inventory_ids(NODE)

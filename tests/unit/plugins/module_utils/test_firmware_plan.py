@@ -78,6 +78,8 @@ def test_nic_firmware_compares_by_value_across_dell_and_native_spellings() -> No
 def test_other_firmware_compares_field_by_field_numerically() -> None:
     assert compare_firmware("2.3.10", "2.26.1", mellanox=False) == -1  # R740 Previous vs Installed BIOS
     assert same_firmware("7.10.30.00", "7.10.30.0", mellanox=False)
+    assert same_firmware("7.10.30.00", "7.10.30", mellanox=False)  # missing trailing fields are zeros
+    assert compare_firmware("7.10.30", "7.10.30.01", mellanox=False) == -1
     assert compare_firmware("7.10.30.00", "7.10.50.00", mellanox=False) == -1
     assert compare_firmware("51.16.0-5150", "50.5.0-2819", mellanox=False) == 1
     assert compare_firmware("", "1.0", mellanox=False) is None
@@ -136,6 +138,18 @@ def test_plan_names_what_the_bmc_has_when_nothing_matches() -> None:
         InvalidInputError, match=r"No installed firmware matches 'BlueField-3'.*BIOS \(BIOS.Setup.1-1\)"
     ):
         plan_flash([ComponentSpec(match="BlueField-3", version="32.41.1000")], INVENTORY)
+
+
+def test_two_components_of_one_name_are_refused() -> None:
+    # Images are kept by name: the second would upload the first one's image.
+    with pytest.raises(InvalidInputError, match="named more than once: nic"):
+        plan_flash(
+            [
+                ComponentSpec(match="NIC.Slot.3-*", version="28.42.1000", name="nic"),
+                ComponentSpec(match="BIOS", version="2.3.10", name="nic"),
+            ],
+            INVENTORY,
+        )
 
 
 def test_one_device_claimed_by_two_components_is_refused() -> None:

@@ -143,6 +143,15 @@ def test_policy_patch_sets_only_what_differs() -> None:
         ofed_policy_patch({"metadata": {"name": "x"}, "spec": {}}, version=NEW)
 
 
+def test_a_rolling_rollout_turns_the_operators_auto_upgrade_off() -> None:
+    # Left on (by an earlier auto_upgrade run), the controller would reload nodes beside the rollout.
+    upgrade_policy = {"autoUpgrade": True, "maxParallelUpgrades": 1}
+    policy = {"metadata": {"name": "p"}, "spec": {"ofedDriver": {"version": OLD, "upgradePolicy": upgrade_policy}}}
+    assert ofed_policy_patch(policy, version=NEW) == {
+        "spec": {"ofedDriver": {"version": NEW, "upgradePolicy": {"autoUpgrade": False}}}
+    }
+
+
 def test_daemonsets_render_names_those_behind() -> None:
     def daemonset(name: str, version: str) -> dict:
         return {"metadata": {"name": name}, "spec": {"template": {"spec": pod("x", "n", version)["spec"]}}}

@@ -42,6 +42,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     read_progress,
     start_annotations,
     step_write,
+    unfinished_nodes,
 )
 
 ROLLOUT = "mofed"
@@ -519,6 +520,64 @@ def test_interrupted_node_resumes_at_its_recorded_step():
     assert progress.started_at == "2026-11-21T23:00:00Z"
     assert not cluster.cordoned("gpu-worker-1")  # cordoned by us, not before the rollout
     assert any("resumed" in e["message"] for e in cluster.events if e["node"] == "gpu-worker-1")
+
+
+def test_an_unexpected_error_fails_the_node_like_any_other_failure():
+    # A KeyError on an odd BMC payload must not leave the node looking merely interrupted (resumed next time).
+    def flash(context):
+        if context.node_name == "b":
+            raise KeyError("Oem")
+
+    nodes = [make_node(name) for name in "abc"]
+    cluster = MemoryCluster(nodes, settings=settings(max_unavailable=1, max_parallel=1, order="given"))
+    with pytest.raises(RolloutHaltedError) as caught:
+        run(cluster, list("abc"), [NodeStep("flash", flash)])
+    assert caught.value.node == "b"
+    assert caught.value.result["nodes_not_started"] == ["c"]
+    progress = cluster.state("b")
+    assert (progress.state, progress.step) == ("failed", "flash")
+    assert progress.message == "unexpected KeyError: 'Oem'"
+    assert cluster.cordoned("b")
+    assert [e["node"] for e in cluster.events if e["type"] == "Warning"] == ["b"]
+    plan = build_plan(
+        settings=cluster.settings,
+        targets=list("abc"),
+        steps=[NodeStep("flash", flash)],
+        pool_nodes=cluster.pool_nodes(),
+    )
+    assert plan.halted_by == ("b",)
+
+
+def test_unfinished_nodes_include_a_failure_a_person_cleared():
+    started = {KEYS.started_at: "2026-01-01T00:00:00Z", KEYS.target: "t"}
+    nodes = [
+        make_node("fresh"),
+        make_node("done", annotations={**started, KEYS.state: "done"}),
+        make_node("running", annotations={**started, KEYS.state: "in-progress"}),
+        make_node("failed", annotations={**started, KEYS.state: "failed"}),
+        # Cleared as the halt message says: still cordoned by the rollout, whatever the node runs now.
+        make_node("cleared", cordoned=True, annotations={**started, KEYS.state: "pending"}),
+    ]
+    assert unfinished_nodes(nodes, KEYS) == ["running", "failed", "cleared"]
+
+
+def test_a_resumed_node_keeps_its_step_until_the_next_one_is_recorded():
+    # Killed again right after the resumed run's first write: the next run still resumes at verify.
+    config = settings()
+    node = make_node(
+        "w1",
+        cordoned=True,
+        annotations={
+            KEYS.state: "in-progress",
+            KEYS.target: config.target,
+            KEYS.step: "verify",
+            KEYS.started_at: "2026-01-01T00:00:00Z",
+        },
+    )
+    write = begin_write(node, settings=config, moment="2026-01-02T00:00:00Z")
+    node["metadata"]["annotations"].update({k: v for k, v in write.annotations.items() if v is not None})
+    disposition = node_disposition(read_progress(node, KEYS), target=config.target)
+    assert (disposition.action, disposition.from_step) == (ACTION_RESUME, "verify")
 
 
 def test_node_done_for_another_target_runs_again():

@@ -179,6 +179,8 @@ async def bmc_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     if request.method == "POST" and request.path.rstrip("/") in _UPDATE_PATHS:
         bmc.update_requests_received += 1
     try:
+        if bmc.accounts_loading(now) and not (request.method == "GET" and _is_public(request.method, request.path)):
+            raise RedfishError(401, "NoValidSession")
         if not _is_public(request.method, request.path):
             _authenticate(request, bmc, now)
         return await handler(request)

@@ -22,7 +22,10 @@ How an update moves (iDRAC behaviour, durations from :class:`BmcTimings`):
   ``Installed-`` and the old one as ``Previous-``;
 * the iDRAC's own firmware is always applied at once: the BMC flashes,
   restarts (connections refused, every session ends, the task list is lost;
-  jobs survive as on a real iDRAC), and the job completes when it is back.
+  jobs survive as on a real iDRAC), and the job completes when it is back;
+  for ``bmc_auth_warmup_seconds`` after that it answers but refuses every
+  login and authenticated request with 401, as an iDRAC does while its
+  accounts load.
 
 Jobs are the iDRAC's ``JID_<12 digits>``; the DMTF Task of a job has the
 same id (``/redfish/v1/TaskService/Tasks/JID_...``), as on iDRAC9.
@@ -108,6 +111,10 @@ class BmcTimings:
     bios_apply_seconds: float = 150.0
     idrac_apply_seconds: float = 240.0
     bmc_restart_seconds: float = 180.0
+    # Back on the network, an iDRAC answers for a while before its accounts are loaded: every login and
+    # authenticated request gets 401 (Dell's own DeviceFirmwareMultipartUploadREDFISH.py retries on 401
+    # after an iDRAC update for that reason).
+    bmc_auth_warmup_seconds: float = 60.0
     host_shutdown_seconds: float = 20.0  # from the reset request to POST
     host_boot_seconds: float = 300.0  # POST with 8 GPUs, OS boot, kubelet Ready
     session_timeout_seconds: float = 1800.0  # iDRAC's default idle timeout
@@ -356,6 +363,7 @@ class Bmc:
         self.power_state = "On"
         self.host_busy_until: float | None = None  # POST/boot in progress until then
         self.restarting_until: float | None = None  # the BMC itself is rebooting
+        self.auth_ready_at: float | None = None  # after a restart: logins are refused until then
         self.unresponsive: Availability = "up"
         self.unresponsive_until: float | None = None
         self.failure_plans: list[JobFailurePlan] = []
@@ -421,6 +429,10 @@ class Bmc:
         if self.restarting_until is not None and now < self.restarting_until:
             return "refuse"
         return "up"
+
+    def accounts_loading(self, now: float) -> bool:
+        """Just back from a restart: the service answers, but no credentials are accepted yet."""
+        return self.auth_ready_at is not None and now < self.auth_ready_at
 
     def set_unresponsive(self, mode: Availability, *, until: float | None) -> None:
         self.unresponsive = mode
@@ -827,6 +839,7 @@ class Bmc:
 
     def _bmc_back(self, at: float) -> None:
         self.restarting_until = None
+        self.auth_ready_at = at + self.timings.bmc_auth_warmup_seconds
         for job in self.jobs.values():
             flashed = job.apply_ends_at is None  # a Manager.Reset during the flash does not finish it
             if job.state == "Running" and job.image is not None and job.image.component == "iDRAC" and flashed:
