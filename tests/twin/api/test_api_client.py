@@ -56,6 +56,20 @@ def test_pod_creation_defaults_what_drain_and_describe_read(core, namespace):
     assert pod.spec.containers[0].termination_message_policy == "File"
     assert pod.spec.containers[0].image_pull_policy == "Always"  # no tag means latest
     assert pod.status.qos_class == "BestEffort"
+    assert pod.spec.service_account_name == "default" and pod.spec.enable_service_links is True
+
+
+def test_a_resource_given_only_as_a_limit_is_requested_at_that_limit(core, namespace):
+    # SetDefaults_Pod: what kubectl describe node and anything summing requests count as held.
+    container = {"name": "c", "image": "cuda:12.4", "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}}}
+    spec = {"containers": [container]}
+    pod = core.create_namespaced_pod(namespace, {"metadata": {"name": "gpu-limit"}, "spec": spec})
+    assert pod.spec.containers[0].resources.requests == {"nvidia.com/gpu": "1", "cpu": "2"}
+    explicit = {**container, "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "500m"}}}
+    pod = core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "cpu-request"}, "spec": {"containers": [explicit]}}
+    )
+    assert pod.spec.containers[0].resources.requests == {"cpu": "500m"}
 
 
 def test_dry_run_validates_and_changes_nothing(core, namespace):

@@ -184,6 +184,9 @@ def test_a_merge_patch_that_replaces_containers_gets_their_defaults_back(twin, n
     assert container["terminationMessagePath"] == "/dev/termination-log"
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert container["resources"] == {}
+    # What only Pods get (SetDefaults_Pod, ServiceAccount admission) stays off the template.
+    template_spec = stored["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in template_spec and "enableServiceLinks" not in template_spec
 
 
 def test_apply_rejects_unknown_fields_of_built_ins_with_strict_validation(twin, namespace, tmp_path):

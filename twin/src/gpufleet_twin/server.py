@@ -223,6 +223,7 @@ def _default_builtin_fields(operation: str, rtype: ResourceType, obj: Obj, old: 
     elif key == ("", "pods"):
         _validate_pod(rtype, obj)
         _default_pod_spec(obj.setdefault("spec", {}))
+        _default_pod_only(obj["spec"])
         _default_pod_tolerations(obj["spec"])
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
@@ -353,9 +354,6 @@ def _default_pod_spec(spec: Obj) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("securityContext", {})
-    spec.setdefault("enableServiceLinks", True)
-    spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
-    spec.setdefault("serviceAccount", spec["serviceAccountName"])
     for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
         if not isinstance(container, dict):
             continue
@@ -366,6 +364,27 @@ def _default_pod_spec(spec: Obj) -> None:
         latest = "@" not in tag and (":" not in tag or tag.endswith(":latest"))
         container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
         container.setdefault("resources", {})
+
+
+def _default_pod_only(spec: Obj) -> None:
+    """What a Pod gets and a pod template does not (SetDefaults_Pod and the ServiceAccount admission plugin).
+
+    A resource given only as a limit is requested at that limit: a pod asking for ``limits: {nvidia.com/gpu: 1}``
+    holds a GPU, as the scheduler and ``kubectl describe node`` count it.
+    """
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
+    spec.setdefault("serviceAccount", spec["serviceAccountName"])
+    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        if not isinstance(container, dict):
+            continue
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        if limits:
+            requests = resources.setdefault("requests", {})
+            for name, quantity in limits.items():
+                requests.setdefault(name, quantity)
+            container["resources"] = resources
 
 
 def _default_pod_tolerations(spec: Obj) -> None:
