@@ -213,11 +213,20 @@ class BmcFlasher:
         return self.adapter.inventory_items(self.client.members(uri))
 
     def plan(self, inventory: Optional[Sequence[InventoryItem]] = None) -> FlashPlan:
-        return plan_flash(
+        items = inventory if inventory is not None else self.inventory()
+        plan = plan_flash(
             self.options.components,
-            inventory if inventory is not None else self.inventory(),
+            items,
             rollback=self.options.rollback,
             allow_downgrade=self.options.allow_downgrade,
+        )
+        self.adapter.check_plan(plan, items)
+        return plan
+
+    def resets_host(self, plan: FlashPlan) -> bool:
+        """Applying the plan restarts the host (not only the BMC, which applies its own firmware itself)."""
+        return any(
+            self.adapter.resets_host(device.device) for component in plan.changes for device in component.to_change
         )
 
     def pending_jobs(self) -> List[Dict[str, Any]]:
@@ -478,9 +487,7 @@ def _apply(flasher: BmcFlasher, plan: FlashPlan, *, result: Dict[str, Any]) -> N
     if options.apply_time == "Immediate":
         # The BMC reboots the host itself for host components (Dell's "NowAndReboot").
         flasher.finish_jobs(flasher.jobs, timeout=options.job_timeout + options.reboot_timeout)
-        result["rebooted"] = any(
-            flasher.adapter.resets_host(device.device) for component in plan.changes for device in component.to_change
-        )
+        result["rebooted"] = flasher.resets_host(plan)
     elif waiting and not options.reboot:
         result["pending_reset"] = True
         flasher._warn(

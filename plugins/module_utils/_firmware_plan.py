@@ -57,6 +57,8 @@ class InventoryItem:
     version: str
     fqdd: str = ""
     kind: str = KIND_INSTALLED
+    # What an update package is matched against, where the BMC says (iDRAC: PCI vendor:device:subvendor:subdevice).
+    hardware_id: str = ""
     updateable: bool = True
 
     @property
@@ -230,10 +232,6 @@ class ComponentPlan:
         }
 
 
-# The BMC's own firmware: updating it restarts the BMC, never the host.
-BMC_DEVICE_PREFIX = "iDRAC."
-
-
 @dataclass(frozen=True)
 class FlashPlan:
     components: Tuple[ComponentPlan, ...]
@@ -243,15 +241,6 @@ class FlashPlan:
     @property
     def changes(self) -> Tuple[ComponentPlan, ...]:
         return tuple(component for component in self.components if component.needs_work)
-
-    @property
-    def reboots_host(self) -> bool:
-        """Applying the changes restarts the host: they touch more than the BMC's own firmware."""
-        return any(
-            not device.device.startswith(BMC_DEVICE_PREFIX)
-            for component in self.changes
-            for device in component.to_change
-        )
 
     def as_dict(self) -> List[Dict[str, Any]]:
         return [component.as_dict() for component in self.components]

@@ -313,7 +313,7 @@ class NodeFirmware:
             started = flasher.upload(plan)
             with self._lock:
                 self._jobs[node] = started
-            if self.options.flash.apply_time == "Immediate" and plan.reboots_host:
+            if self.options.flash.apply_time == "Immediate" and flasher.resets_host(plan):
                 self._expect_reboot(node, boot_id)
             return {"jobs": [job.as_dict() for job in started], "components": plan.as_dict()}
 

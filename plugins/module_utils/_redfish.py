@@ -50,6 +50,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     WaitTimeoutError,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import (
+    FlashPlan,
     InventoryItem,
     generic_inventory_item,
 )
@@ -791,6 +792,9 @@ class GenericAdapter:
     def update_targets(self, target_uris: Sequence[str]) -> Optional[List[str]]:
         """The ``Targets`` of an update: the inventory members to update."""
         return list(target_uris)
+
+    def check_plan(self, plan: FlashPlan, inventory: Sequence[InventoryItem]) -> None:
+        """Refuse a plan this BMC would carry out differently (a DMTF service honours Targets: nothing to refuse)."""
 
     def apply_time(self, client: RedfishClient, wanted: str) -> str:
         """``@Redfish.OperationApplyTime`` to send ('' to send none)."""

@@ -26,9 +26,11 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import RedfishError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, RedfishError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import (
+    ACTION_ROLLBACK,
     KIND_INSTALLED,
+    FlashPlan,
     InventoryItem,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
@@ -46,6 +48,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
 
 _MEMBER_ID = re.compile(r"^(?P<kind>[A-Za-z]+)-(?P<component>\d+)-(?P<version>.*?)__(?P<fqdd>.+)$")
 _JOB_ID = re.compile(r"^JID_\d+$")
+_MAC_SUFFIX = re.compile(r"\s+-\s+(?:[0-9A-Fa-f]{2}[:-]){5,19}[0-9A-Fa-f]{2}\s*$")
 FIRMWARE_JOB_TYPES = frozenset({"FirmwareUpdate", "FirmwareRollback", "RepositoryUpdate"})
 
 # DellJob.JobState -> what it means to a caller.
@@ -77,12 +80,18 @@ def parse_member_id(member_id: str) -> Dict[str, str]:
     }
 
 
+def hardware_kind(item: InventoryItem) -> str:
+    """The hardware an update package fits: its PCI ids, else its Name without the port's MAC."""
+    return item.hardware_id or _MAC_SUFFIX.sub("", item.name).strip()
+
+
 def inventory_item(member: Mapping[str, Any]) -> InventoryItem:
     member_id = str(member.get("Id") or "")
     parsed = parse_member_id(member_id)
     oem = ((member.get("Oem") or {}).get("Dell") or {}).get("DellSoftwareInventory") or {}
     fqdd = str(oem.get("FQDD") or parsed["fqdd"] or "")
     version = str(member.get("Version") or "").strip() or parsed["version"]
+    pci = [str(oem.get(key) or "") for key in ("VendorID", "DeviceID", "SubVendorID", "SubDeviceID")]
     return InventoryItem(
         member_id=member_id,
         uri=str(member.get("@odata.id") or ""),
@@ -91,6 +100,7 @@ def inventory_item(member: Mapping[str, Any]) -> InventoryItem:
         fqdd=fqdd,
         kind=parsed["kind"] or KIND_INSTALLED,
         updateable=member.get("Updateable") is not False,
+        hardware_id=":".join(pci).upper() if all(pci) else "",
     )
 
 
@@ -118,6 +128,29 @@ class IdracAdapter(GenericAdapter):
 
     def update_targets(self, target_uris: Sequence[str]) -> Optional[List[str]]:
         return []
+
+    def check_plan(self, plan: FlashPlan, inventory: Sequence[InventoryItem]) -> None:
+        """An iDRAC applies an update package to every device it fits, whatever the request names (Targets: []).
+
+        A pattern that picks some cards of a model (``NIC.Slot.3-*`` of eight ConnectX-7) would flash the
+        others too, outside the plan, its diff and its verification: refused before anything is sent.
+        A rollback is per device (each one's Previous image) and is not affected.
+        """
+        installed = {item.device: item for item in inventory if item.kind == KIND_INSTALLED}
+        for component in plan.changes:
+            if component.action == ACTION_ROLLBACK:
+                continue
+            kinds = {hardware_kind(installed[device.device]) for device in component.to_change}
+            planned = {device.device for device in component.devices}
+            left_out = sorted(
+                device for device, item in installed.items() if hardware_kind(item) in kinds and device not in planned
+            )
+            if left_out:
+                raise InvalidInputError(
+                    f"Component {component.spec.label}: {', '.join(left_out)} is the same hardware as the devices "
+                    f"{component.spec.match!r} matches, but an iDRAC applies an update package to every device it "
+                    "fits: match all of them, or flash none"
+                )
 
     def resets_host(self, device: str) -> bool:
         # The iDRAC applies its own firmware and restarts itself, not the host.

@@ -7,6 +7,8 @@ import pathlib
 
 import pytest
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import ComponentSpec, plan_flash
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
     PROGRESS_COMPLETED,
     PROGRESS_FAILED,
@@ -63,6 +65,7 @@ def test_inventory_item_from_a_real_connectx6_member() -> None:
     item = inventory_item(sample("dell-libredfish-mockup-member-installed-infiniband-slot-7-1-cx6-20.31.10.14.json"))
     assert item.kind == "Installed" and item.fqdd == "InfiniBand.Slot.7-1"
     assert item.version == "20.31.10.14" and item.mellanox
+    assert item.hardware_id == "15B3:101B:15B3:0009"  # what a Dell update package is matched against
     previous = inventory_item(sample("dell-r740-idrac9-member-previous-fc-slot-1-1.json"))
     assert previous.kind == "Previous" and previous.device == "FC.Slot.1-1" and not previous.mellanox
 
@@ -103,3 +106,34 @@ def test_idrac_is_recognised_from_the_service_root() -> None:
         IdracAdapter().update_targets(["/redfish/v1/UpdateService/FirmwareInventory/Installed-0-x__NIC.Slot.1-1"]) == []
     )
     assert not IdracAdapter().resets_host("iDRAC.Embedded.1-1") and IdracAdapter().resets_host("NIC.Slot.1-1-1")
+
+
+def _nic(slot: int, pci: str, version: str = "28.39.10.02") -> dict:
+    vendor, device, subvendor, subdevice = pci.split(":")
+    fqdd = f"NIC.Slot.{slot}-1-1"
+    return {
+        "@odata.id": f"/redfish/v1/UpdateService/FirmwareInventory/Installed-0-{version}__{fqdd}",
+        "Id": f"Installed-0-{version}__{fqdd}",
+        "Name": f"Mellanox Network Adapter - B8:3F:D2:90:97:C{slot}",
+        "Version": version,
+        "Oem": {"Dell": {"DellSoftwareInventory": {"FQDD": fqdd, "VendorID": vendor, "DeviceID": device,
+                                                   "SubVendorID": subvendor, "SubDeviceID": subdevice}}},
+    }  # fmt: skip
+
+
+def test_a_pattern_that_picks_some_cards_of_one_kind_is_refused() -> None:
+    # An iDRAC applies a package to every device it fits (Targets: []): flashing slot 1 flashes slot 2 too.
+    cx7, cx6 = "15b3:1021:15b3:0041", "15b3:101b:15b3:0009"
+    inventory = [
+        inventory_item(_nic(1, cx7)),
+        inventory_item(_nic(2, cx7)),
+        inventory_item(_nic(3, cx6, "20.31.10.14")),
+    ]
+    assert inventory[0].hardware_id == "15B3:1021:15B3:0041"
+    adapter = IdracAdapter()
+    subset = plan_flash([ComponentSpec(match="NIC.Slot.1-*", version="28.42.1000")], inventory)
+    with pytest.raises(InvalidInputError, match=r"NIC\.Slot\.2-1-1 is the same hardware"):
+        adapter.check_plan(subset, inventory)
+    # Both cards of that kind: fine, even though the other kind (slot 3) shares the generic name.
+    both = plan_flash([ComponentSpec(match="NIC.Slot.[12]-*", version="28.42.1000")], inventory)
+    adapter.check_plan(both, inventory)
