@@ -208,6 +208,20 @@ def test_deployment_scale_subresource(api_client, namespace):
     scale.spec.replicas = 3
     apps.replace_namespaced_deployment_scale("op", namespace, scale)
     assert apps.read_namespaced_deployment("op", namespace).spec.replicas == 3
+    # Three spec changes, three generations; a label is not the spec.
+    apps.patch_namespaced_deployment("op", namespace, {"metadata": {"labels": {"team": "gpu"}}})
+    assert apps.read_namespaced_deployment("op", namespace).metadata.generation == 3
+
+
+def test_only_kinds_with_a_reconciled_spec_count_generations(core, namespace):
+    # As kube-apiserver 1.32: ConfigMaps, Pods and Nodes carry no metadata.generation at all.
+    configmap = core.create_namespaced_config_map(namespace, {"metadata": {"name": "g"}, "data": {"a": "1"}})
+    assert configmap.metadata.generation is None
+    patched = core.patch_namespaced_config_map("g", namespace, {"data": {"a": "2"}})
+    assert patched.metadata.generation is None
+    pod = {"metadata": {"name": "g"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}
+    assert core.create_namespaced_pod(namespace, pod).metadata.generation is None
+    assert all(node.metadata.generation is None for node in core.list_node().items)
 
 
 def test_list_has_kind_api_version_and_resource_version(twin, namespace):

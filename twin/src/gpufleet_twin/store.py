@@ -45,6 +45,25 @@ Listener = Callable[["WatchEvent"], None]
 # Set to "1" to check every cached encoding against the object (see Store.encoded).
 VERIFY_ENCODED_ENV = "GPUFLEET_TWIN_VERIFY_ENCODED"
 
+# Built-in kinds whose registry strategy keeps no metadata.generation (kube-apiserver 1.32; Pods get one
+# from 1.33). Workloads, PDBs, CRDs and every custom resource count generations of their spec.
+WITHOUT_GENERATION = frozenset(
+    {
+        ("", "namespaces"),
+        ("", "nodes"),
+        ("", "pods"),
+        ("", "events"),
+        ("events.k8s.io", "events"),
+        ("", "configmaps"),
+        ("", "secrets"),
+        ("", "serviceaccounts"),
+        ("", "services"),
+        ("", "endpoints"),
+        ("apps", "controllerrevisions"),
+        ("coordination.k8s.io", "leases"),
+    }
+)
+
 
 @dataclass(frozen=True)
 class WatchEvent:
@@ -270,7 +289,10 @@ class Store:
             meta.pop(field_name, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self.clock.iso()
-        meta["generation"] = 1
+        if rtype.key in WITHOUT_GENERATION:
+            meta.pop("generation", None)
+        else:
+            meta["generation"] = 1
         for hook in () if restore else self._admission:
             hook("CREATE", rtype, new, None)
         if dry_run:
@@ -463,6 +485,8 @@ class Store:
 
     @staticmethod
     def _bump_generation(rtype: ResourceType, old: Obj, new: Obj) -> None:
+        if rtype.key in WITHOUT_GENERATION:
+            return
         ignored = {"metadata", "status", "apiVersion", "kind"}
         old_body = {k: v for k, v in old.items() if k not in ignored}
         new_body = {k: v for k, v in new.items() if k not in ignored}
