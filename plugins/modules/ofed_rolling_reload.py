@@ -27,8 +27,8 @@ description:
     interrupted resumes where it stopped. The first failed node halts the rollout; it stays cordoned with a
     Warning Event, the nodes not yet started are left alone and later runs refuse to go on until a person clears
     the node.
-  - A rolling rollout sets C(ofedDriver.upgradePolicy.autoUpgrade=false) in the same patch as the version when it
-    is on: the operator's own controller must not reload nodes beside it.
+  - "A rolling rollout sets C(ofedDriver.upgradePolicy.autoUpgrade=false) in the same patch as the version when it
+    is on: the operator's own controller must not reload nodes beside it."
   - "O(mode=auto_upgrade) hands the node work to the operator's upgrade controller
     (C(ofedDriver.upgradePolicy.autoUpgrade)), with C(maxParallelUpgrades) = O(max_parallel) and the drain
     selector from O(evict.pod_selector). The NicClusterPolicy has no C(maxUnavailable): this module enforces the
