@@ -9,7 +9,7 @@ passed:
    (a mismatch stops the run before any request to the BMC);
 2. log in, discover the service, read FirmwareInventory, plan (check mode
    stops here and reports the plan);
-3. images served over HTTP(S) with a sha256 are downloaded and checked;
+3. images served over HTTP(S) are downloaded and their sha256 checked;
 4. upload (MultipartHttpPushUri) or SimpleUpdate (ImageURI; rollback: the
    ``Previous-`` image), then follow each task or job until it waits for a
    reset, or has finished;
@@ -97,8 +97,10 @@ class FlashOptions:
                 continue
             if bool(spec.image_path) == bool(spec.image_uri):
                 raise InvalidInputError(f"Component {spec.label}: give exactly one of image_path and image_uri")
-            if spec.image_path and not spec.sha256:
-                raise InvalidInputError(f"Component {spec.label}: image_path needs its sha256")
+            if not spec.sha256:
+                # Also for a URL: without it the BMC would flash whatever the server hands out.
+                which = "image_path" if spec.image_path else "image_uri"
+                raise InvalidInputError(f"Component {spec.label}: {which} needs its sha256")
             if spec.image_uri and urlsplit(spec.image_uri).scheme.lower() not in ("http", "https"):
                 raise InvalidInputError(f"Component {spec.label}: image_uri must be an http(s) URL")
             if spec.sha256:

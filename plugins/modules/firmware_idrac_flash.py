@@ -84,10 +84,12 @@ options:
         description: Local image file, pushed with C(MultipartHttpPushUri). Needs O(components[].sha256).
         type: path
       image_uri:
-        description: HTTP(S) URL the BMC fetches the image from (C(SimpleUpdate)).
+        description: HTTP(S) URL the BMC fetches the image from (C(SimpleUpdate)). Needs O(components[].sha256).
         type: str
       sha256:
-        description: The image's sha256 (64 hex digits, optionally prefixed C(sha256:)).
+        description:
+          - The image's sha256 (64 hex digits, optionally prefixed C(sha256:)).
+          - Required with an image (O(components[].image_path) or O(components[].image_uri)); not with O(rollback).
         type: str
       name:
         description:

@@ -113,6 +113,8 @@ def test_options_are_checked() -> None:
         options(scope="everything")
     with pytest.raises(InvalidInputError, match="image_path needs its sha256"):
         FlashOptions(components=[ComponentSpec(match="BIOS", version="2.4.1", image_path="/fw/bios.bin")])
+    with pytest.raises(InvalidInputError, match="image_uri needs its sha256"):
+        FlashOptions(components=[ComponentSpec(match="BIOS", version="2.4.1", image_uri="https://repo/bios.bin")])
     with pytest.raises(InvalidInputError, match="exactly one of image_path and image_uri"):
         FlashOptions(components=[ComponentSpec(match="BIOS", version="2.4.1")])
     with pytest.raises(InvalidInputError, match="http"):
