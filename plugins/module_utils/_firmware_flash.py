@@ -333,6 +333,10 @@ class BmcFlasher:
     def reset_host(self) -> Dict[str, Any]:
         return self.client.reset_system(self.options.reset_type)
 
+    def check_reset_type(self) -> None:
+        """Refuse, before anything is sent, a reset type this BMC does not offer."""
+        self.client.reset_action(self.options.reset_type)
+
     def finish_jobs(self, jobs: Sequence[JobRecord], *, timeout: float) -> None:
         """Follow jobs to their end (they run in POST after a reset, or at once)."""
         deadline = self.client.clock() + timeout
@@ -451,6 +455,8 @@ def run_flash(
                 result["versions"]["after"] = plan.versions()
                 return _finish(result, started=started, clock=clock)
             result["changed"] = True
+            if options.reboot and options.apply_time != "Immediate":
+                flasher.check_reset_type()
             pending = flasher.pending_jobs()
             result["pending_jobs"] = pending
             if options.check_mode:

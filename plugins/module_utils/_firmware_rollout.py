@@ -266,6 +266,8 @@ class NodeFirmware:
         def look(flasher: BmcFlasher) -> Dict[str, Any]:
             plan = flasher.plan()
             pending = flasher.pending_jobs() if plan.changes else []
+            if (plan.changes or pending) and self.options.flash.apply_time != "Immediate":
+                flasher.check_reset_type()  # the reboot step resets the host
             with self._lock:
                 self._plans[node] = plan
             return {

@@ -700,8 +700,12 @@ class RedfishClient:
         return outcome.value
 
     # -- systems -------------------------------------------------------------------------------------
-    def reset_system(self, reset_type: str, *, system_uri: str = "") -> Dict[str, Any]:
-        """``ComputerSystem.Reset`` with the target the system advertises."""
+    def reset_action(self, reset_type: str, *, system_uri: str = "") -> Tuple[str, Dict[str, Any]]:
+        """The ``ComputerSystem.Reset`` target and the system, once ``reset_type`` is known to be offered.
+
+        Called before any update is sent, too: some iDRAC9 releases do not offer GracefulRestart, and
+        finding that out after the jobs are scheduled would leave them waiting for a reset that never comes.
+        """
         uri = system_uri or self.system_uri()
         system = self.get(uri)
         action = (system.get("Actions") or {}).get("#ComputerSystem.Reset") or {}
@@ -713,6 +717,12 @@ class RedfishClient:
             raise InvalidInputError(
                 f"BMC {self.address}: reset type {reset_type} is not one of {', '.join(map(str, allowed))}"
             )
+        return str(target), system
+
+    def reset_system(self, reset_type: str, *, system_uri: str = "") -> Dict[str, Any]:
+        """``ComputerSystem.Reset`` with the target the system advertises."""
+        uri = system_uri or self.system_uri()
+        target, system = self.reset_action(reset_type, system_uri=uri)
         self.request("POST", target, body={"ResetType": reset_type})
         return {"system": uri, "reset_type": reset_type, "power_state_before": system.get("PowerState")}
 

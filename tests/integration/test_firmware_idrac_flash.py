@@ -207,6 +207,25 @@ def test_checksum_mismatch_is_refused_before_any_request(twin: TwinProcess, tmp_
     assert seen["updateRequests"] == before["updateRequests"] and seen["firmware"]["NIC.Slot.1-1-1"] == OLD_CX7
 
 
+def test_a_reset_type_the_bmc_does_not_offer_is_refused_before_any_upload(
+    twin: TwinProcess, tmp_path: pathlib.Path
+) -> None:
+    # Found out after the upload, the jobs would wait for a reset that never comes.
+    node = "gpu-worker-006"
+    path, sha256 = write_image(tmp_path, "ConnectX-7", NEW_CX7)
+    twin.admin("POST", f"bmc/{node}/fault", {"type": "no-graceful-restart"})
+    before = bmc_view(twin, node)
+    try:
+        for check in (True, False):
+            run, result = flash(twin, tmp_path, node, cx7(path, sha256), check=check)
+            assert run.returncode != 0
+            assert "reset type GracefulRestart is not one of" in result["msg"] and "ForceRestart" in result["msg"]
+    finally:
+        twin.admin("DELETE", f"bmc/{node}/fault")
+    seen = bmc_view(twin, node)
+    assert seen["updateRequests"] == before["updateRequests"] and seen["firmware"]["NIC.Slot.1-1-1"] == OLD_CX7
+
+
 def test_idrac_update_restarts_the_bmc_and_the_session_is_renewed(twin: TwinProcess, tmp_path: pathlib.Path) -> None:
     """The iDRAC flashes itself and restarts (connections refused, sessions gone); the job is followed through it."""
     node = "gpu-worker-004"

@@ -851,9 +851,13 @@ class Bmc:
             raise RedfishError(400, "ActionParameterValueNotInList", reset_type, "ResetType", "Manager.Reset")
         self._restart_bmc(now)
 
+    def system_reset_types(self) -> list[str]:
+        """The ResetType values ``ComputerSystem.Reset`` offers."""
+        return [t for t in SYSTEM_RESET_TYPES if not (t == "GracefulRestart" and "no-graceful-restart" in self.quirks)]
+
     def reset_system(self, reset_type: str, now: float) -> None:
         """ComputerSystem.Reset."""
-        if reset_type not in SYSTEM_RESET_TYPES:
+        if reset_type not in self.system_reset_types():
             raise RedfishError(400, "ActionParameterValueNotInList", reset_type, "ResetType", "ComputerSystem.Reset")
         if reset_type == "Nmi":
             return

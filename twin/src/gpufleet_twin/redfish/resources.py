@@ -16,7 +16,6 @@ from .model import (
     INVENTORY_URI,
     MANAGER_RESET_TYPES,
     MANAGER_URI,
-    SYSTEM_RESET_TYPES,
     SYSTEM_RESET_URI,
     SYSTEM_URI,
     TASKS_URI,
@@ -327,7 +326,7 @@ def system(bmc: Bmc, now: float) -> Obj:
         "Actions": {
             "#ComputerSystem.Reset": {
                 "target": SYSTEM_RESET_URI,
-                "ResetType@Redfish.AllowableValues": list(SYSTEM_RESET_TYPES),
+                "ResetType@Redfish.AllowableValues": bmc.system_reset_types(),
             }
         },
     }

@@ -341,7 +341,9 @@ class BmcFleet:
         * ``password-changed``: the BMC's password changes to ``password``
           (random when absent); published credentials then get 401;
         * ``blank-nic-version-in-id``: inventory ids of NICs carry blanks
-          instead of the version, as iDRAC9 4.40 printed them.
+          instead of the version, as iDRAC9 4.40 printed them;
+        * ``no-graceful-restart``: ``ComputerSystem.Reset`` does not offer
+          ``GracefulRestart``, as some iDRAC9 3.x/4.x releases did.
         """
         ep = self._endpoint(node_name)
         bmc = ep.bmc
@@ -371,8 +373,8 @@ class BmcFleet:
         elif kind == "password-changed":
             password = str(spec.get("password") or secrets.token_urlsafe(12))
             bmc.change_password(ep.username, password)
-        elif kind == "blank-nic-version-in-id":
-            bmc.quirks.add("blank-nic-version-in-id")
+        elif kind in ("blank-nic-version-in-id", "no-graceful-restart"):
+            bmc.quirks.add(kind)
         else:
             raise ValueError(f"unknown BMC fault type {kind!r}")
         self.changed(bmc)
