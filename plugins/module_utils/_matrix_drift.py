@@ -54,6 +54,8 @@ STATUS_DRIFT = "drift"
 STATUS_UNKNOWN = "unknown"
 
 NODE_COMPONENTS = ("gpu_driver", "kernel", "mofed")
+# Found on every GPU node, so not found is drift; MOFED runs only where there are Mellanox adapters.
+MUST_RUN_ON_GPU_NODES = frozenset({"gpu_driver"})
 CLUSTER_COMPONENTS = (
     "gpu_operator",
     "openshift",
@@ -472,6 +474,10 @@ def compute_drift(
             expected = _text(expected_versions.get(component))
             found = found_versions.get(component)
             status = _compare(component, expected, found)
+            source = node.sources.get(component)
+            if status == STATUS_UNKNOWN and component in MUST_RUN_ON_GPU_NODES:
+                # Every GPU node runs a driver: none seen is not "cannot tell", it is a node without one.
+                status, source = STATUS_DRIFT, "none running: no driver pod and no GFD driver labels"
             count(component, status)
             rows.append(
                 {
@@ -479,7 +485,7 @@ def compute_drift(
                     "expected": expected,
                     "found": found,
                     "status": status,
-                    "source": node.sources.get(component),
+                    "source": source,
                 }
             )
         node_reports.append(

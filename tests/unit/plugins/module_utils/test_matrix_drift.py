@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,25 @@ def test_compute_drift_against_the_seed_matrix(observed: Observed) -> None:
     assert report["summary"]["gpu_driver"] == {STATUS_OK: 2, STATUS_DRIFT: 1, STATUS_UNKNOWN: 0}
     assert report["summary"]["firmware_cx6"] == {STATUS_OK: 0, STATUS_DRIFT: 0, STATUS_UNKNOWN: 3}
     assert report["totals"][STATUS_DRIFT] == 2
+
+
+def test_a_gpu_node_running_no_driver_is_drift_not_unknown(observed: Observed) -> None:
+    matrix = load_matrix_file(str(FIXTURES / "seed000-stages.yaml"))
+    observed = copy.deepcopy(observed)  # the fixture is shared by the module's tests
+    node = next(n for n in observed.nodes if n.name == "gpu-worker-001")
+    node.gpu_driver = None
+    node.sources.pop("gpu_driver", None)
+    report = compute_drift({ROLE_PRODUCTION: matrix.effective_versions("current_production")}, observed)
+    row = next(
+        r
+        for n in report["nodes"]
+        if n["node"] == "gpu-worker-001"
+        for r in n["components"]
+        if r["component"] == "gpu_driver"
+    )
+    assert (row["found"], row["status"]) == (None, STATUS_DRIFT)
+    assert "no driver pod" in row["source"]
+    assert "gpu-worker-001" in report["nodes_with_drift"]
 
 
 def test_cluster_component_matching_the_canary_stage() -> None:
