@@ -747,6 +747,10 @@ def _rule_upgrade_order(matrix: Matrix, stage: str) -> List[Finding]:
     return findings
 
 
+# What a rollback cannot restore, and why (the openshift role refuses to roll back, too).
+ONE_WAY_COMPONENTS = {"openshift": "OpenShift has no downgrades, and its RHCOS kernel goes with it"}
+
+
 def _rule_rollback(matrix: Matrix) -> List[Finding]:
     if "rollback" not in matrix.stages:
         return [Finding(WARNING, "no rollback entry: keep the last known-good versions in the matrix")]
@@ -769,6 +773,14 @@ def _rule_rollback(matrix: Matrix) -> List[Finding]:
         )
         if now is not None and back is not None and back.compare(now) > 0:
             findings.append(Finding(WARNING, f"rollback {component} {back.text} is newer than production {now.text}"))
+    for component in (c for c in changed if c in ONE_WAY_COMPONENTS):
+        findings.append(
+            Finding(
+                WARNING,
+                f"{component} cannot go back ({ONE_WAY_COMPONENTS[component]}): a rollback leaves it at "
+                f"{_text(production.get(component))}, not {_text(rollback.get(component))}",
+            )
+        )
     return findings
 
 
