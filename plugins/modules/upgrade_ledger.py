@@ -267,7 +267,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
     RunRequest,
     append_cluster_entry,
     append_file_entry,
-    iso,
     merge_entries,
     new_entry_id,
     parse_iso,
@@ -278,6 +277,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import render_report, report_file_name
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 
 def argument_spec():
