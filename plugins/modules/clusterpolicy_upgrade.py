@@ -41,6 +41,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -118,16 +121,8 @@ options:
     default: false
   wait:
     description: Wait until every targeted node runs the target driver (or one fails).
-    type: bool
-    default: true
   wait_timeout:
     description: How many seconds to wait in total (canary pool move, rollout, canary pool removal).
-    type: int
-    default: 3600
-  wait_sleep:
-    description: Seconds between two looks at the cluster.
-    type: int
-    default: 10
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -311,6 +306,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
 
 
 def argument_spec():
@@ -334,10 +330,8 @@ def argument_spec():
         remove_canary_driver={"type": "bool", "default": True},
         retry_failed_nodes={"type": "bool", "default": False},
         preflight_only={"type": "bool", "default": False},
-        wait={"type": "bool", "default": True},
-        wait_timeout={"type": "int", "default": 3600},
-        wait_sleep={"type": "int", "default": 10},
     )
+    spec.update(wait_argument_spec())
     return spec
 
 

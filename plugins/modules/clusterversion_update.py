@@ -26,6 +26,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -62,15 +65,16 @@ options:
     default: 720
   wait:
     description: Wait until the update is Completed.
-    type: bool
-    default: true
   wait_timeout:
-    description: Seconds to wait.
-    type: int
+    description:
+      - Seconds to wait for the update to be Completed.
+      - Two hours rather than the collection's one - an update rolls the control plane, then reboots the nodes of
+        every unpaused pool one by one.
     default: 7200
   wait_sleep:
-    description: Seconds between two looks at the ClusterVersion.
-    type: int
+    description:
+      - Seconds between two looks at the ClusterVersion.
+      - 15 rather than the collection's 10 - the update's progress moves in minutes.
     default: 15
 requirements:
   - kubernetes >= 24.2.0
@@ -154,6 +158,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     ClusterVersionOptions,
     WaitOptions,
@@ -171,10 +176,8 @@ def argument_spec():
         preflight_only={"type": "bool", "default": False},
         pools={"type": "list", "elements": "str"},
         paused_age_warning_hours={"type": "float", "default": 720},
-        wait={"type": "bool", "default": True},
-        wait_timeout={"type": "int", "default": 7200},
-        wait_sleep={"type": "int", "default": 15},
     )
+    spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=15.0))
     return spec
 
 

@@ -25,6 +25,8 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -64,13 +66,10 @@ options:
     description: Namespace of the build pods; default the GPU Operator's.
     type: str
   wait_timeout:
-    description: Seconds to wait for each build.
-    type: int
+    description:
+      - Seconds to wait for each build (the module always waits for its builds).
+      - Half an hour rather than the collection's hour - the timeout is per build, and one driver build takes minutes.
     default: 1800
-  wait_sleep:
-    description: Seconds between two looks at a build pod.
-    type: int
-    default: 10
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -135,6 +134,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     InterlockOptions,
     WaitOptions,
@@ -153,9 +153,8 @@ def argument_spec():
         check_driver_toolkit={"type": "bool", "default": True},
         build_check={"type": "bool", "default": True},
         build_namespace={"type": "str"},
-        wait_timeout={"type": "int", "default": 1800},
-        wait_sleep={"type": "int", "default": 10},
     )
+    spec.update(wait_argument_spec(options=("wait_timeout", "wait_sleep"), wait_timeout=1800))
     return spec
 
 

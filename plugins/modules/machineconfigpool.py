@@ -26,6 +26,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -60,16 +63,6 @@ options:
     default: ""
   wait:
     description: Wait until the pool is Updated (or Degraded).
-    type: bool
-    default: true
-  wait_timeout:
-    description: Seconds to wait.
-    type: int
-    default: 3600
-  wait_sleep:
-    description: Seconds between two looks at the pool.
-    type: int
-    default: 10
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -174,6 +167,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     PoolOptions,
     WaitOptions,
@@ -190,10 +184,8 @@ def argument_spec():
         paused={"type": "bool"},
         max_unavailable={"type": "raw"},
         pause_reason={"type": "str", "default": ""},
-        wait={"type": "bool", "default": True},
-        wait_timeout={"type": "int", "default": 3600},
-        wait_sleep={"type": "int", "default": 10},
     )
+    spec.update(wait_argument_spec())
     return spec
 
 

@@ -39,6 +39,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -141,15 +144,17 @@ options:
     default: 600
   wait:
     description: In C(auto_upgrade) mode, wait until every targeted node is C(upgrade-done) at the target.
-    type: bool
-    default: true
   wait_timeout:
-    description: Seconds the C(auto_upgrade) watch may take.
-    type: int
+    description:
+      - Seconds the C(auto_upgrade) watch may take.
+      - Two hours rather than the collection's one - the watch covers every targeted node, each draining and
+        reloading its driver in turn.
     default: 7200
   wait_sleep:
-    description: Seconds between two looks at the cluster.
-    type: float
+    description:
+      - Seconds between two looks at the cluster.
+      - 5 rather than the collection's 10 - a node's steps (an eviction, a driver pod restart) take seconds, and a
+        longer pause would leave the rollout idle between them.
     default: 5
   rollout_name:
     description: Name of the rollout in the node annotations (1-30 lowercase letters, digits or C(-)).
@@ -282,6 +287,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_runner import (
     OfedRolloutOptions,
     run_ofed_rollout,
@@ -319,11 +325,9 @@ def argument_spec():
         reload_timeout={"type": "int", "default": 1200},
         restart_limit={"type": "int", "default": 3},
         budget_timeout={"type": "int", "default": 600},
-        wait={"type": "bool", "default": True},
-        wait_timeout={"type": "int", "default": 7200},
-        wait_sleep={"type": "float", "default": 5},
         rollout_name={"type": "str", "default": "ofed"},
     )
+    spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=5.0))
     return spec
 
 

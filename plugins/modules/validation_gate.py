@@ -30,6 +30,8 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -67,17 +69,20 @@ options:
     type: int
     default: 2
   wait_timeout:
-    description: Seconds to wait for all gates together.
-    type: int
+    description:
+      - Seconds to wait for all gates together (the module always waits for its gates).
+      - Half an hour rather than the collection's hour - the gates are short Jobs; a DCGM diagnostic at level 2 takes
+        minutes.
     default: 1800
   start_timeout:
     description: Seconds a gate's pod may stay unscheduled or unable to start (image pull errors) before it fails.
     type: int
     default: 300
   wait_sleep:
-    description: Seconds between two looks at the gates' pods.
-    type: float
-    default: 2.0
+    description:
+      - Seconds between two looks at the gates' pods.
+      - 2 rather than the collection's 10 - most gates end in seconds and the node waits for their verdict.
+    default: 2
   pin:
     description:
       - How the pods are pinned to the node. C(hostname) uses a C(kubernetes.io/hostname) nodeSelector, so the scheduler
@@ -276,6 +281,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
 
 
 def argument_spec():
@@ -286,9 +292,7 @@ def argument_spec():
         namespace={"type": "str", "default": "gpu-operator"},
         images={"type": "dict", "default": {}},
         dcgm_level={"type": "int", "default": 2},
-        wait_timeout={"type": "int", "default": 1800},
         start_timeout={"type": "int", "default": 300},
-        wait_sleep={"type": "float", "default": 2.0},
         pin={"type": "str", "choices": ["hostname", "node_name"], "default": "hostname"},
         tolerations={"type": "list", "elements": "dict", "default": [{"key": "nvidia.com/gpu", "operator": "Exists"}]},
         service_account={"type": "str"},
@@ -314,6 +318,7 @@ def argument_spec():
         image_pull_secrets={"type": "list", "elements": "str", "default": [], "no_log": False},
         fail_on_failure={"type": "bool", "default": True},
     )
+    spec.update(wait_argument_spec(options=("wait_timeout", "wait_sleep"), wait_timeout=1800, wait_sleep=2.0))
     return spec
 
 
