@@ -1,17 +1,25 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Copyright: Contributors to the gpufleet.upgrade project
-"""What every module file shares (collection-internal): option pieces.
+"""What every module file shares (collection-internal): option pieces and the main() path.
 
 Each argument-spec piece is mirrored by the doc fragment named in its
 docstring (as community.hashi_vault composes its specs), so an option has one
 name, one type and one default across the collection.
+
+``run_module`` is the path every ``main()`` takes once it has built its
+AnsibleModule: report a missing library, run the module's work, show its
+warnings, and turn the collection's one error type into the one
+``fail_json(msg="Failed to <verb> <object>: <reason>")``, with whatever partial
+result the error carries.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
-from ansible.module_utils.basic import env_fallback
+from ansible.module_utils.basic import env_fallback, missing_required_lib
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 
 Spec = Dict[str, Dict[str, Any]]
 
@@ -79,3 +87,37 @@ def firmware_components_argument_spec() -> Spec:
             },
         },
     }
+
+
+def finding_warnings(findings: Iterable[Mapping[str, Any]], *, prefix: str = "") -> Iterable[str]:
+    """The warning-severity findings (preflight, interlock) as warning lines ``<prefix><check>: <message>``."""
+    return [f"{prefix}{item['check']}: {item['message']}" for item in findings if item.get("severity") == "warning"]
+
+
+def run_module(
+    module: Any,
+    work: Callable[[], Dict[str, Any]],
+    *,
+    failure: str,
+    missing: Iterable[Tuple[str, Optional[str]]] = (),
+    more_warnings: Optional[Callable[[Dict[str, Any]], Iterable[str]]] = None,
+) -> None:
+    """Run ``work`` (which returns the module's result) for ``module`` and exit; never returns.
+
+    ``failure`` is the message's head, "Failed to <verb> <object>"; ``missing``
+    lists (library, import traceback) pairs of libraries that did not import;
+    ``more_warnings`` names warnings the result holds besides its ``warnings``.
+    """
+    for library, error in missing:
+        module.fail_json(msg=missing_required_lib(library), exception=error)
+    try:
+        result = work()
+    except GpuFleetError as err:
+        for warning in err.result.pop("warnings", []):
+            module.warn(warning)
+        module.fail_json(msg=f"{failure}: {err.msg}", **err.result)
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
+    for warning in more_warnings(result) if more_warnings else ():
+        module.warn(warning)
+    module.exit_json(**result)

@@ -294,9 +294,8 @@ api_requests:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_runner import (
     DriverRolloutOptions,
     run_driver_rollout,
@@ -306,7 +305,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    finding_warnings,
+    run_module,
+    wait_argument_spec,
+)
 
 
 def argument_spec():
@@ -335,17 +338,9 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=argument_spec(),
-        required_if=[("scope", "canary", ("canary_mode",)), ("preflight_only", False, ("driver",))],
-        supports_check_mode=True,
-    )
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
-
+def rollout_options(module):
     params = module.params
-    options = DriverRolloutOptions(
+    return DriverRolloutOptions(
         driver=params["driver"],
         upgrade_policy=params["upgrade_policy"],
         cluster_policy=params["cluster_policy"],
@@ -363,18 +358,21 @@ def main():
         check_mode=module.check_mode,
         diff=module._diff,
     )
-    try:
-        result = run_driver_rollout(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        for warning in err.result.pop("warnings", []):
-            module.warn(warning)
-        module.fail_json(msg=f"Failed to upgrade the GPU driver: {err.msg}", **err.result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
-    for finding in result["preflight"]["findings"]:
-        if finding["severity"] == "warning":
-            module.warn(f"preflight {finding['check']}: {finding['message']}")
-    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        required_if=[("scope", "canary", ("canary_mode",)), ("preflight_only", False, ("driver",))],
+        supports_check_mode=True,
+    )
+    run_module(
+        module,
+        lambda: run_driver_rollout(KubeApi.from_params(module.params), rollout_options(module)),
+        failure="Failed to upgrade the GPU driver",
+        missing=missing_libraries(),
+        more_warnings=lambda result: finding_warnings(result["preflight"]["findings"], prefix="preflight "),
+    )
 
 
 if __name__ == "__main__":

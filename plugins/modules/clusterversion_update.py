@@ -150,15 +150,18 @@ elapsed:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    finding_warnings,
+    run_module,
+    wait_argument_spec,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     ClusterVersionOptions,
     WaitOptions,
@@ -181,12 +184,9 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
+def update_options(module):
     params = module.params
-    options = ClusterVersionOptions(
+    return ClusterVersionOptions(
         version=params["version"],
         image=params["image"],
         channel=params["channel"],
@@ -198,14 +198,17 @@ def main():
         check_mode=module.check_mode,
         diff=module._diff,
     )
-    try:
-        result = run_clusterversion_update(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to update OpenShift to {params['version']}: {err.msg}", **err.result)
-    for finding in result["preflight"]["findings"]:
-        if finding["severity"] == "warning":
-            module.warn(f"preflight {finding['check']}: {finding['message']}")
-    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module,
+        lambda: run_clusterversion_update(KubeApi.from_params(module.params), update_options(module)),
+        failure=f"Failed to update OpenShift to {module.params['version']}",
+        missing=missing_libraries(),
+        more_warnings=lambda result: finding_warnings(result["preflight"]["findings"], prefix="preflight "),
+    )
 
 
 if __name__ == "__main__":

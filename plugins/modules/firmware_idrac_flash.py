@@ -212,12 +212,12 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions, run_flash
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import component_specs
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
     firmware_components_argument_spec,
     redfish_argument_spec,
+    run_module,
     wait_argument_spec,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import RedfishSettings
@@ -253,40 +253,39 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def flash(module):
     params = module.params
-    try:
-        settings = RedfishSettings(
-            baseurl=params["bmc_address"],
-            username=params["bmc_username"],
-            password=params["bmc_password"],
-            validate_certs=params["bmc_validate_certs"],
-            ca_path=params["bmc_ca_path"],
-            timeout=params["bmc_timeout"],
-        )
-        options = FlashOptions(
-            components=component_specs(params["components"]),
-            apply_time=params["apply_time"],
-            reboot=params["reboot"],
-            reset_type=params["reset_type"],
-            rollback=params["rollback"],
-            allow_downgrade=params["allow_downgrade"],
-            job_timeout=params["job_timeout"],
-            reboot_timeout=params["reboot_timeout"],
-            wait_sleep=params["wait_sleep"],
-            check_mode=module.check_mode,
-        )
-        result = run_flash(settings, options)
-    except GpuFleetError as err:
-        for warning in err.result.pop("warnings", []):
-            module.warn(warning)
-        module.fail_json(msg=f"Failed to flash firmware through {params['bmc_address']}: {err.msg}", **err.result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
+    settings = RedfishSettings(
+        baseurl=params["bmc_address"],
+        username=params["bmc_username"],
+        password=params["bmc_password"],
+        validate_certs=params["bmc_validate_certs"],
+        ca_path=params["bmc_ca_path"],
+        timeout=params["bmc_timeout"],
+    )
+    options = FlashOptions(
+        components=component_specs(params["components"]),
+        apply_time=params["apply_time"],
+        reboot=params["reboot"],
+        reset_type=params["reset_type"],
+        rollback=params["rollback"],
+        allow_downgrade=params["allow_downgrade"],
+        job_timeout=params["job_timeout"],
+        reboot_timeout=params["reboot_timeout"],
+        wait_sleep=params["wait_sleep"],
+        check_mode=module.check_mode,
+    )
+    result = run_flash(settings, options)
     if module._diff and "versions" in result:
         result["diff"] = {"before": result["versions"]["before"], "after": result["versions"]["after"]}
-    module.exit_json(**result)
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module, lambda: flash(module), failure=f"Failed to flash firmware through {module.params['bmc_address']}"
+    )
 
 
 if __name__ == "__main__":

@@ -126,15 +126,18 @@ elapsed:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    finding_warnings,
+    run_module,
+    wait_argument_spec,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     InterlockOptions,
     WaitOptions,
@@ -158,12 +161,9 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
+def interlock_options(module):
     params = module.params
-    options = InterlockOptions(
+    return InterlockOptions(
         target={str(key): str(value) for key, value in params["target"].items() if value not in (None, "")},
         previous={str(key): str(value) for key, value in (params["previous"] or {}).items() if value not in (None, "")}
         or None,
@@ -176,14 +176,17 @@ def main():
         wait=WaitOptions(wait=True, timeout=params["wait_timeout"], sleep=params["wait_sleep"]),
         check_mode=module.check_mode,
     )
-    try:
-        result = run_kernel_interlock(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed the kernel interlock: {err.msg}", **err.result)
-    for finding in result["findings"]:
-        if finding["severity"] == "warning":
-            module.warn(f"{finding['check']}: {finding['message']}")
-    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module,
+        lambda: run_kernel_interlock(KubeApi.from_params(module.params), interlock_options(module)),
+        failure="Failed the kernel interlock",
+        missing=missing_libraries(),
+        more_warnings=lambda result: finding_warnings(result["findings"]),
+    )
 
 
 if __name__ == "__main__":

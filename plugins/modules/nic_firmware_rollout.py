@@ -243,9 +243,8 @@ elapsed:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import component_specs
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_rollout import (
@@ -261,6 +260,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
     firmware_components_argument_spec,
     redfish_argument_spec,
+    run_module,
     wait_argument_spec,
 )
 
@@ -316,65 +316,63 @@ def max_unavailable(value):
     return int(text) if text.isdigit() else text
 
 
+def rollout_options(module):
+    params = module.params
+    flash = FlashOptions(
+        components=component_specs(params["components"]),
+        apply_time=params["apply_time"],
+        reboot=True,
+        reset_type=params["reset_type"],
+        rollback=params["rollback"],
+        allow_downgrade=params["allow_downgrade"],
+        job_timeout=params["job_timeout"],
+        reboot_timeout=params["reboot_timeout"],
+        wait_sleep=params["wait_sleep"],
+        check_mode=module.check_mode,
+    )
+    return RolloutOptions(
+        flash=flash,
+        scope=params["scope"],
+        nodes=tuple(params["nodes"] or ()),
+        node_selector=params["node_selector"],
+        canary_label=params["canary_label"],
+        bmcs=tuple(
+            BmcAccess(
+                node=entry["node"],
+                address=entry["address"],
+                username=entry.get("username") or "",
+                password=entry.get("password") or "",
+            )
+            for entry in params["bmcs"]
+        ),
+        bmc_addresses={str(node): str(address) for node, address in (params["bmc_addresses"] or {}).items()},
+        bmc_username=params["bmc_username"] or "",
+        bmc_password=params["bmc_password"] or "",
+        bmc_validate_certs=params["bmc_validate_certs"],
+        bmc_ca_path=params["bmc_ca_path"],
+        bmc_timeout=params["bmc_timeout"],
+        bmc_address_annotation=params["bmc_address_annotation"],
+        rollout_name=params["rollout_name"],
+        max_unavailable=max_unavailable(params["max_unavailable"]),
+        max_parallel=params["max_parallel"],
+        failure_domain_label=params["failure_domain_label"],
+        budget_wait_timeout=params["budget_wait_timeout"],
+        drain_timeout=params["drain_timeout"],
+        node_ready_timeout=params["node_ready_timeout"],
+        wait_sleep=params["wait_sleep"],
+        preflight_only=params["preflight_only"],
+        check_mode=module.check_mode,
+    )
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
-    params = module.params
-    try:
-        flash = FlashOptions(
-            components=component_specs(params["components"]),
-            apply_time=params["apply_time"],
-            reboot=True,
-            reset_type=params["reset_type"],
-            rollback=params["rollback"],
-            allow_downgrade=params["allow_downgrade"],
-            job_timeout=params["job_timeout"],
-            reboot_timeout=params["reboot_timeout"],
-            wait_sleep=params["wait_sleep"],
-            check_mode=module.check_mode,
-        )
-        options = RolloutOptions(
-            flash=flash,
-            scope=params["scope"],
-            nodes=tuple(params["nodes"] or ()),
-            node_selector=params["node_selector"],
-            canary_label=params["canary_label"],
-            bmcs=tuple(
-                BmcAccess(
-                    node=entry["node"],
-                    address=entry["address"],
-                    username=entry.get("username") or "",
-                    password=entry.get("password") or "",
-                )
-                for entry in params["bmcs"]
-            ),
-            bmc_addresses={str(node): str(address) for node, address in (params["bmc_addresses"] or {}).items()},
-            bmc_username=params["bmc_username"] or "",
-            bmc_password=params["bmc_password"] or "",
-            bmc_validate_certs=params["bmc_validate_certs"],
-            bmc_ca_path=params["bmc_ca_path"],
-            bmc_timeout=params["bmc_timeout"],
-            bmc_address_annotation=params["bmc_address_annotation"],
-            rollout_name=params["rollout_name"],
-            max_unavailable=max_unavailable(params["max_unavailable"]),
-            max_parallel=params["max_parallel"],
-            failure_domain_label=params["failure_domain_label"],
-            budget_wait_timeout=params["budget_wait_timeout"],
-            drain_timeout=params["drain_timeout"],
-            node_ready_timeout=params["node_ready_timeout"],
-            wait_sleep=params["wait_sleep"],
-            preflight_only=params["preflight_only"],
-            check_mode=module.check_mode,
-        )
-        result = run_nic_firmware_rollout(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        for warning in err.result.pop("warnings", []):
-            module.warn(warning)
-        module.fail_json(msg=f"Failed to roll out NIC firmware: {err.msg}", **err.result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
-    module.exit_json(**result)
+    run_module(
+        module,
+        lambda: run_nic_firmware_rollout(KubeApi.from_params(module.params), rollout_options(module)),
+        failure="Failed to roll out NIC firmware",
+        missing=missing_libraries(),
+    )
 
 
 if __name__ == "__main__":

@@ -263,11 +263,10 @@ elapsed:
   sample: 184.2
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import SSLValidationError, open_url
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     DEFAULT_IMAGES,
     GATE_NAMES,
@@ -281,7 +280,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import wait_argument_spec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, wait_argument_spec
 
 
 def argument_spec():
@@ -356,44 +355,47 @@ def settings_from(params):
     )
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
+def validate(module):
     params = module.params
-    try:
-        gates = validate_gate_names(params["gates"])
-        settings = settings_from(params)
-        if module.check_mode:
-            module.exit_json(
-                changed=False,
-                passed=None,
-                checked=False,
-                node=params["node"],
-                gates=[],
-                failed_gates=[],
-                summary=f"check mode: {', '.join(gates)} not run",
-                counters={},
-                elapsed=0.0,
-            )
-        fetch = None
-        if settings.prometheus_url:
-            fetch = fetch_json_with(
-                open_url,
-                validate_certs=params["prometheus_validate_certs"],
-                timeout=30,
-                errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
-            )
-        report = run_gates(
-            KubeApi.from_params(params), node=params["node"], gates=gates, settings=settings, fetch=fetch
+    gates = validate_gate_names(params["gates"])
+    settings = settings_from(params)
+    if module.check_mode:
+        return {
+            "changed": False,
+            "passed": None,
+            "checked": False,
+            "node": params["node"],
+            "gates": [],
+            "failed_gates": [],
+            "summary": f"check mode: {', '.join(gates)} not run",
+            "counters": {},
+            "elapsed": 0.0,
+        }
+    fetch = None
+    if settings.prometheus_url:
+        fetch = fetch_json_with(
+            open_url,
+            validate_certs=params["prometheus_validate_certs"],
+            timeout=30,
+            errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
         )
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to validate node {params['node']}: {err.msg}", **err.result)
+    report = run_gates(KubeApi.from_params(params), node=params["node"], gates=gates, settings=settings, fetch=fetch)
     result = report.as_dict()
-    # The gates create and delete their own Jobs: the cluster ends as it began.
+    # A node that fails its gates is the verdict, not an error of the module: its own message, the full report.
     if not report.passed and params["fail_on_failure"]:
         module.fail_json(msg=f"Validation of node {params['node']} failed: {result['summary']}", checked=True, **result)
-    module.exit_json(changed=False, checked=True, **result)
+    # The gates create and delete their own Jobs: the cluster ends as it began.
+    return dict(result, changed=False, checked=True)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module,
+        lambda: validate(module),
+        failure=f"Failed to validate node {module.params['node']}",
+        missing=missing_libraries(),
+    )
 
 
 if __name__ == "__main__":
