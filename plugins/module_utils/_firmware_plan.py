@@ -178,6 +178,21 @@ class ComponentSpec:
         return self.name or self.match
 
 
+def component_specs(entries: Sequence[Mapping[str, Any]]) -> List[ComponentSpec]:
+    """The modules' ``components`` option (firmware_components_argument_spec) as ComponentSpecs."""
+    return [
+        ComponentSpec(
+            match=entry["match"],
+            version=entry.get("version") or "",
+            image_path=entry.get("image_path") or "",
+            image_uri=entry.get("image_uri") or "",
+            sha256=entry.get("sha256") or "",
+            name=entry.get("name") or "",
+        )
+        for entry in entries
+    ]
+
+
 @dataclass(frozen=True)
 class DevicePlan:
     """One device (FQDD) of a component: what it runs, what it will run."""

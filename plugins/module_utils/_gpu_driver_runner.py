@@ -86,7 +86,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch
     build_timeline,
     failure_reason,
     halt_decision,
-    iso,
     node_views,
     pool_settled,
     rollout_progress,
@@ -106,6 +105,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_event
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, drain_pods, patch_node
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 CRDS = ResourceRef("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
@@ -116,10 +116,6 @@ REFS = {"ClusterPolicy": CLUSTER_POLICIES, "NVIDIADriver": NVIDIA_DRIVERS, "Node
 NODE_EVENTS_NAMESPACE = "default"
 CONFLICT_ATTEMPTS = 5
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
-
-
-def utc_now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
 
 
 @dataclass(frozen=True)

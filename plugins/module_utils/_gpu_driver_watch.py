@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import driver_version_of_image
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import node_ready_status
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
 
 DRIVER_COMPONENT_SELECTOR = "app.kubernetes.io/component=nvidia-driver"
 DRIVER_CONTAINER = "nvidia-driver-ctr"
@@ -69,19 +70,6 @@ _STATE_MESSAGE = re.compile(r"node state label to \[?([a-z-]*)\]?\s*$")
 
 def state_rank(state: str) -> int:
     return STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER)
-
-
-def parse_time(value: Any) -> Optional[datetime.datetime]:
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def iso(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- views of nodes and driver pods ----------------------------------------------------------------

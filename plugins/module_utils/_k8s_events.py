@@ -13,6 +13,7 @@ import secrets
 from typing import Any, Dict, Optional
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import EVENTS, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 
 EVENT_REASON = "GPUFleetUpgrade"
 REPORTING_COMPONENT = "gpufleet.upgrade"
@@ -29,7 +30,7 @@ def build_event(
 ) -> Dict[str, Any]:
     """A core/v1 Event about ``involved`` (any object with kind, apiVersion and metadata)."""
     meta = involved.get("metadata") or {}
-    moment = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    moment = iso(now or utc_now())
     # Cluster-scoped objects (Nodes, ClusterPolicies) get their Events in
     # "default", where kubectl describe looks for them.
     namespace = meta.get("namespace") or "default"

@@ -44,6 +44,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_rules imp
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema import assert_valid
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import node_is_ready
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
 
 LEDGER_CONFIGMAP = "gpufleet-upgrade-ledger"
 LEDGER_DATA_KEY = "ledger.jsonl"
@@ -68,16 +70,11 @@ ROLLBACK_TO_ENTRY = "rollback"
 ROLLBACK_TO_PRODUCTION = "current_production"
 
 
-def iso(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_iso(text: str) -> datetime.datetime:
-    try:
-        moment = datetime.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError as err:
-        raise InvalidInputError(f"Ledger time {text!r} is not YYYY-MM-DDTHH:MM:SSZ") from err
-    return moment.replace(tzinfo=datetime.timezone.utc)
+    moment = parse_time(text)
+    if moment is None:
+        raise InvalidInputError(f"Ledger time {text!r} is not an RFC 3339 time such as 2026-11-22T08:25:11Z")
+    return moment
 
 
 def campaign_id(group: str, target: Mapping[str, Any]) -> str:
@@ -524,13 +521,6 @@ class RunRequest:
     sample_free_gpus: int = 2
 
 
-def _node_ready(node: Mapping[str, Any]) -> bool:
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
-
-
 def _node_name(node: Mapping[str, Any]) -> str:
     return str((node.get("metadata") or {}).get("name") or "")
 
@@ -579,7 +569,7 @@ def choose_canary_node(
         return CanaryChoice(labelled[0], "label")
     for name in sorted(by_name):
         node = by_name[name]
-        if _node_ready(node) and not (node.get("spec") or {}).get("unschedulable"):
+        if node_is_ready(node) and not (node.get("spec") or {}).get("unschedulable"):
             return CanaryChoice(name, "first Ready, schedulable GPU node by name")
     return CanaryChoice("", "rule", "no Ready, schedulable GPU node to be the canary")
 

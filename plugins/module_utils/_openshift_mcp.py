@@ -24,6 +24,8 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import parse_time
+
 MCO_PREFIX = "machineconfiguration.openshift.io/"
 CURRENT_CONFIG = MCO_PREFIX + "currentConfig"
 DESIRED_CONFIG = MCO_PREFIX + "desiredConfig"
@@ -239,16 +241,6 @@ def pause_patch(
     if annotations:
         patch["metadata"] = {"annotations": annotations}
     return patch
-
-
-def parse_time(text: str) -> Optional[datetime.datetime]:
-    if not text:
-        return None
-    try:
-        moment = datetime.datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S%z")
-    except ValueError:
-        return None
-    return moment.astimezone(datetime.timezone.utc)
 
 
 def paused_hours(state: PoolState, *, now: datetime.datetime) -> Optional[float]:

@@ -76,17 +76,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp im
     pool_state,
     role_label,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 CONFLICT_ATTEMPTS = 5
-
-
-def utc_now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def iso(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -13,6 +13,8 @@ from __future__ import annotations
 import datetime
 from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
+
 STAGE_TITLES = {"canary": "Canary", "bake": "Bake check", "promote": "Promotion", "rollback": "Rollback"}
 OUTCOME_WORDS = {
     "success": "succeeded",
@@ -120,12 +122,12 @@ def next_step(entry: Mapping[str, Any]) -> str:
 
 
 def _hours_after(moment: Any, hours: Any) -> str:
+    start = parse_time(moment)
     try:
-        start = datetime.datetime.strptime(str(moment), "%Y-%m-%dT%H:%M:%SZ")
-        end = start + datetime.timedelta(hours=float(hours))
-    except (TypeError, ValueError):
-        return f"{hours} h from now"
-    return end.strftime("%Y-%m-%dT%H:%M:%SZ")
+        end = start + datetime.timedelta(hours=float(hours)) if start else None
+    except (TypeError, ValueError, OverflowError):
+        end = None
+    return iso(end) if end else f"{hours} h from now"
 
 
 def _when(event: Mapping[str, Any]) -> Any:

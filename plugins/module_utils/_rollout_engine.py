@@ -69,6 +69,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule
     rollout_order,
     simulate_schedule,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 ANNOTATION_DOMAIN = "gpufleet.io"
@@ -93,14 +94,6 @@ ACTION_HALT = "halt"
 # "rollout-" + name + "-initially-unschedulable" must fit a 63-character annotation name.
 _ROLLOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,28}[a-z0-9])?$")
 _MESSAGE_LIMIT = 1000
-
-
-def utc_now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def iso(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- progress annotations (pure) -----------------------------------------------------------

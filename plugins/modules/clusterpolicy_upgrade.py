@@ -41,6 +41,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -118,16 +121,8 @@ options:
     default: false
   wait:
     description: Wait until every targeted node runs the target driver (or one fails).
-    type: bool
-    default: true
   wait_timeout:
     description: How many seconds to wait in total (canary pool move, rollout, canary pool removal).
-    type: int
-    default: 3600
-  wait_sleep:
-    description: Seconds between two looks at the cluster.
-    type: int
-    default: 10
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -299,9 +294,8 @@ api_requests:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_runner import (
     DriverRolloutOptions,
     run_driver_rollout,
@@ -310,6 +304,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    finding_warnings,
+    run_module,
+    wait_argument_spec,
 )
 
 
@@ -334,24 +333,14 @@ def argument_spec():
         remove_canary_driver={"type": "bool", "default": True},
         retry_failed_nodes={"type": "bool", "default": False},
         preflight_only={"type": "bool", "default": False},
-        wait={"type": "bool", "default": True},
-        wait_timeout={"type": "int", "default": 3600},
-        wait_sleep={"type": "int", "default": 10},
     )
+    spec.update(wait_argument_spec())
     return spec
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=argument_spec(),
-        required_if=[("scope", "canary", ("canary_mode",)), ("preflight_only", False, ("driver",))],
-        supports_check_mode=True,
-    )
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
-
+def rollout_options(module):
     params = module.params
-    options = DriverRolloutOptions(
+    return DriverRolloutOptions(
         driver=params["driver"],
         upgrade_policy=params["upgrade_policy"],
         cluster_policy=params["cluster_policy"],
@@ -369,18 +358,21 @@ def main():
         check_mode=module.check_mode,
         diff=module._diff,
     )
-    try:
-        result = run_driver_rollout(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        for warning in err.result.pop("warnings", []):
-            module.warn(warning)
-        module.fail_json(msg=f"Failed to upgrade the GPU driver: {err.msg}", **err.result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
-    for finding in result["preflight"]["findings"]:
-        if finding["severity"] == "warning":
-            module.warn(f"preflight {finding['check']}: {finding['message']}")
-    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        required_if=[("scope", "canary", ("canary_mode",)), ("preflight_only", False, ("driver",))],
+        supports_check_mode=True,
+    )
+    run_module(
+        module,
+        lambda: run_driver_rollout(KubeApi.from_params(module.params), rollout_options(module)),
+        failure="Failed to upgrade the GPU driver",
+        missing=missing_libraries(),
+        more_warnings=lambda result: finding_warnings(result["preflight"]["findings"], prefix="preflight "),
+    )
 
 
 if __name__ == "__main__":

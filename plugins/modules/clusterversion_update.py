@@ -26,6 +26,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -62,15 +65,16 @@ options:
     default: 720
   wait:
     description: Wait until the update is Completed.
-    type: bool
-    default: true
   wait_timeout:
-    description: Seconds to wait.
-    type: int
+    description:
+      - Seconds to wait for the update to be Completed.
+      - Two hours rather than the collection's one - an update rolls the control plane, then reboots the nodes of
+        every unpaused pool one by one.
     default: 7200
   wait_sleep:
-    description: Seconds between two looks at the ClusterVersion.
-    type: int
+    description:
+      - Seconds between two looks at the ClusterVersion.
+      - 15 rather than the collection's 10 - the update's progress moves in minutes.
     default: 15
 requirements:
   - kubernetes >= 24.2.0
@@ -146,13 +150,17 @@ elapsed:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    finding_warnings,
+    run_module,
+    wait_argument_spec,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     ClusterVersionOptions,
@@ -171,19 +179,14 @@ def argument_spec():
         preflight_only={"type": "bool", "default": False},
         pools={"type": "list", "elements": "str"},
         paused_age_warning_hours={"type": "float", "default": 720},
-        wait={"type": "bool", "default": True},
-        wait_timeout={"type": "int", "default": 7200},
-        wait_sleep={"type": "int", "default": 15},
     )
+    spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=15.0))
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
+def update_options(module):
     params = module.params
-    options = ClusterVersionOptions(
+    return ClusterVersionOptions(
         version=params["version"],
         image=params["image"],
         channel=params["channel"],
@@ -195,14 +198,17 @@ def main():
         check_mode=module.check_mode,
         diff=module._diff,
     )
-    try:
-        result = run_clusterversion_update(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to update OpenShift to {params['version']}: {err.msg}", **err.result)
-    for finding in result["preflight"]["findings"]:
-        if finding["severity"] == "warning":
-            module.warn(f"preflight {finding['check']}: {finding['message']}")
-    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module,
+        lambda: run_clusterversion_update(KubeApi.from_params(module.params), update_options(module)),
+        failure=f"Failed to update OpenShift to {module.params['version']}",
+        missing=missing_libraries(),
+        more_warnings=lambda result: finding_warnings(result["preflight"]["findings"], prefix="preflight "),
+    )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,10 @@ description:
     C(Message) and C(MessageId)), the BMC's address and the job id.
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.upgrade.redfish
+  - gpufleet.upgrade.firmware_components
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -40,61 +44,23 @@ attributes:
     support: full
     description: Per device, the firmware version before and after.
 options:
-  baseurl:
+  bmc_address:
     description: The BMC, C(https://host[:port]).
     type: str
     required: true
-  username:
-    description: BMC user. Falls back to the environment variable E(REDFISH_USERNAME).
-    type: str
+    aliases: [baseurl]
+  bmc_username:
     required: true
-  password:
-    description: BMC password. Falls back to the environment variable E(REDFISH_PASSWORD). Never logged.
-    type: str
+    aliases: [username]
+  bmc_password:
     required: true
-  validate_certs:
-    description: Verify the BMC's TLS certificate. Leave on; give the CA with O(ca_path).
-    type: bool
-    default: true
-  ca_path:
-    description: PEM file of the CA that signed the BMC's certificate.
-    type: path
-  timeout:
-    description: Seconds one HTTP request may take (an image upload gets at least 300).
-    type: int
-    default: 30
-  components:
-    description: The components to bring to a version.
-    type: list
-    elements: dict
-    required: true
-    suboptions:
-      match:
-        description:
-          - Which inventory members, as a shell-style glob (when it holds C(*), C(?) or C([)) or a substring,
-            tested case-insensitively against each member's C(Name), C(Id) and FQDD.
-        type: str
-        required: true
-      version:
-        description:
-          - Target version. Required unless O(rollback=true); with O(rollback=true) it names the version the
-            C(Previous-) image must have (and makes a repeated rollback a no-op).
-        type: str
-      image_path:
-        description: Local image file, pushed with C(MultipartHttpPushUri). Needs O(components[].sha256).
-        type: path
-      image_uri:
-        description: HTTP(S) URL the BMC fetches the image from (C(SimpleUpdate)). Needs O(components[].sha256).
-        type: str
-      sha256:
-        description:
-          - The image's sha256 (64 hex digits, optionally prefixed C(sha256:)).
-          - Required with an image (O(components[].image_path) or O(components[].image_uri)); not with O(rollback).
-        type: str
-      name:
-        description:
-          - A label for the result, for example the matrix key C(firmware_cx7). Defaults to O(components[].match).
-        type: str
+    aliases: [password]
+  bmc_validate_certs:
+    aliases: [validate_certs]
+  bmc_ca_path:
+    aliases: [ca_path]
+  bmc_timeout:
+    aliases: [timeout]
   apply_time:
     description: When the BMC applies the update. C(Immediate) makes the BMC reboot the host itself for host components.
     type: str
@@ -126,13 +92,11 @@ options:
     type: int
     default: 1800
   wait_sleep:
-    description: Seconds between two looks at a job or the host.
-    type: float
+    description:
+      - Seconds between two looks at a job or the host.
+      - 5 rather than the collection's 10 - a BMC job moves through its states in seconds once it runs, and each
+        look is one small Redfish GET.
     default: 5
-notes:
-  - Uses Ansible's own URL helpers; no client library is needed.
-  - Sessions (C(X-Auth-Token)) when the service offers them, HTTP basic auth otherwise; a session that dies while
-    the BMC restarts (its own update) is renewed.
 seealso:
   - module: gpufleet.upgrade.nic_firmware_rollout
 """
@@ -140,10 +104,10 @@ seealso:
 EXAMPLES = r"""
 - name: Flash ConnectX-7 firmware and reboot to apply it
   gpufleet.upgrade.firmware_idrac_flash:
-    baseurl: https://idrac-gpu-worker-003.example.com
-    username: "{{ bmc_username }}"
-    password: "{{ bmc_password }}"
-    ca_path: /etc/pki/idrac-ca.pem
+    bmc_address: https://idrac-gpu-worker-003.example.com
+    bmc_username: "{{ vault_bmc_username }}"
+    bmc_password: "{{ vault_bmc_password }}"
+    bmc_ca_path: /etc/pki/idrac-ca.pem
     components:
       - name: firmware_cx7
         match: ConnectX-7
@@ -155,9 +119,9 @@ EXAMPLES = r"""
 
 - name: Show what would be flashed on a BMC (no upload)
   gpufleet.upgrade.firmware_idrac_flash:
-    baseurl: https://idrac-gpu-worker-004.example.com
-    username: "{{ bmc_username }}"
-    password: "{{ bmc_password }}"
+    bmc_address: https://idrac-gpu-worker-004.example.com
+    bmc_username: "{{ vault_bmc_username }}"
+    bmc_password: "{{ vault_bmc_password }}"
     components:
       - match: BIOS
         version: "2.4.1"
@@ -167,9 +131,9 @@ EXAMPLES = r"""
 
 - name: Roll the NICs back to the image the iDRAC keeps
   gpufleet.upgrade.firmware_idrac_flash:
-    baseurl: https://idrac-gpu-worker-003.example.com
-    username: "{{ bmc_username }}"
-    password: "{{ bmc_password }}"
+    bmc_address: https://idrac-gpu-worker-003.example.com
+    bmc_username: "{{ vault_bmc_username }}"
+    bmc_password: "{{ vault_bmc_password }}"
     components:
       - match: ConnectX-7
         version: "28.39.1002"
@@ -246,98 +210,82 @@ diff:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions, run_flash
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import ComponentSpec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import component_specs
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    firmware_components_argument_spec,
+    redfish_argument_spec,
+    run_module,
+    wait_argument_spec,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import RedfishSettings
+
+# The names these options had before they were shared with nic_firmware_rollout.
+OLD_REDFISH_NAMES = {
+    "bmc_username": "username",
+    "bmc_password": "password",
+    "bmc_validate_certs": "validate_certs",
+    "bmc_ca_path": "ca_path",
+    "bmc_timeout": "timeout",
+}
 
 
 def argument_spec():
-    return {
-        "baseurl": {"type": "str", "required": True},
-        "username": {"type": "str", "required": True, "fallback": (env_fallback, ["REDFISH_USERNAME"])},
-        "password": {"type": "str", "required": True, "no_log": True, "fallback": (env_fallback, ["REDFISH_PASSWORD"])},
-        "validate_certs": {"type": "bool", "default": True},
-        "ca_path": {"type": "path"},
-        "timeout": {"type": "int", "default": 30},
-        "components": {
-            "type": "list",
-            "elements": "dict",
-            "required": True,
-            "options": {
-                "match": {"type": "str", "required": True},
-                "version": {"type": "str"},
-                "image_path": {"type": "path"},
-                "image_uri": {"type": "str"},
-                "sha256": {"type": "str"},
-                "name": {"type": "str"},
-            },
-        },
-        "apply_time": {"type": "str", "choices": ["OnReset", "Immediate"], "default": "OnReset"},
-        "reboot": {"type": "bool", "default": False},
-        "reset_type": {
+    spec = {"bmc_address": {"type": "str", "required": True, "aliases": ["baseurl"]}}
+    spec.update(redfish_argument_spec(credentials_required=True, aliases=OLD_REDFISH_NAMES))
+    spec.update(firmware_components_argument_spec())
+    spec.update(
+        apply_time={"type": "str", "choices": ["OnReset", "Immediate"], "default": "OnReset"},
+        reboot={"type": "bool", "default": False},
+        reset_type={
             "type": "str",
             "choices": ["GracefulRestart", "ForceRestart", "PowerCycle"],
             "default": "GracefulRestart",
         },
-        "rollback": {"type": "bool", "default": False},
-        "allow_downgrade": {"type": "bool", "default": False},
-        "job_timeout": {"type": "int", "default": 1800},
-        "reboot_timeout": {"type": "int", "default": 1800},
-        "wait_sleep": {"type": "float", "default": 5},
-    }
+        rollback={"type": "bool", "default": False},
+        allow_downgrade={"type": "bool", "default": False},
+        job_timeout={"type": "int", "default": 1800},
+        reboot_timeout={"type": "int", "default": 1800},
+    )
+    spec.update(wait_argument_spec(options=("wait_sleep",), wait_sleep=5.0))
+    return spec
 
 
-def component_specs(entries):
-    return [
-        ComponentSpec(
-            match=entry["match"],
-            version=entry.get("version") or "",
-            image_path=entry.get("image_path") or "",
-            image_uri=entry.get("image_uri") or "",
-            sha256=entry.get("sha256") or "",
-            name=entry.get("name") or "",
-        )
-        for entry in entries
-    ]
+def flash(module):
+    params = module.params
+    settings = RedfishSettings(
+        baseurl=params["bmc_address"],
+        username=params["bmc_username"],
+        password=params["bmc_password"],
+        validate_certs=params["bmc_validate_certs"],
+        ca_path=params["bmc_ca_path"],
+        timeout=params["bmc_timeout"],
+    )
+    options = FlashOptions(
+        components=component_specs(params["components"]),
+        apply_time=params["apply_time"],
+        reboot=params["reboot"],
+        reset_type=params["reset_type"],
+        rollback=params["rollback"],
+        allow_downgrade=params["allow_downgrade"],
+        job_timeout=params["job_timeout"],
+        reboot_timeout=params["reboot_timeout"],
+        wait_sleep=params["wait_sleep"],
+        check_mode=module.check_mode,
+    )
+    result = run_flash(settings, options)
+    if module._diff and "versions" in result:
+        result["diff"] = {"before": result["versions"]["before"], "after": result["versions"]["after"]}
+    return result
 
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    params = module.params
-    try:
-        settings = RedfishSettings(
-            baseurl=params["baseurl"],
-            username=params["username"],
-            password=params["password"],
-            validate_certs=params["validate_certs"],
-            ca_path=params["ca_path"],
-            timeout=params["timeout"],
-        )
-        options = FlashOptions(
-            components=component_specs(params["components"]),
-            apply_time=params["apply_time"],
-            reboot=params["reboot"],
-            reset_type=params["reset_type"],
-            rollback=params["rollback"],
-            allow_downgrade=params["allow_downgrade"],
-            job_timeout=params["job_timeout"],
-            reboot_timeout=params["reboot_timeout"],
-            wait_sleep=params["wait_sleep"],
-            check_mode=module.check_mode,
-        )
-        result = run_flash(settings, options)
-    except GpuFleetError as err:
-        for warning in err.result.pop("warnings", []):
-            module.warn(warning)
-        module.fail_json(msg=f"Failed to flash firmware through {params['baseurl']}: {err.msg}", **err.result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
-    if module._diff and "versions" in result:
-        result["diff"] = {"before": result["versions"]["before"], "after": result["versions"]["after"]}
-    module.exit_json(**result)
+    run_module(
+        module, lambda: flash(module), failure=f"Failed to flash firmware through {module.params['bmc_address']}"
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -64,13 +66,10 @@ options:
     description: Namespace of the build pods; default the GPU Operator's.
     type: str
   wait_timeout:
-    description: Seconds to wait for each build.
-    type: int
+    description:
+      - Seconds to wait for each build (the module always waits for its builds).
+      - Half an hour rather than the collection's hour - the timeout is per build, and one driver build takes minutes.
     default: 1800
-  wait_sleep:
-    description: Seconds between two looks at a build pod.
-    type: int
-    default: 10
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -127,13 +126,17 @@ elapsed:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    finding_warnings,
+    run_module,
+    wait_argument_spec,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     InterlockOptions,
@@ -153,18 +156,14 @@ def argument_spec():
         check_driver_toolkit={"type": "bool", "default": True},
         build_check={"type": "bool", "default": True},
         build_namespace={"type": "str"},
-        wait_timeout={"type": "int", "default": 1800},
-        wait_sleep={"type": "int", "default": 10},
     )
+    spec.update(wait_argument_spec(options=("wait_timeout", "wait_sleep"), wait_timeout=1800))
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
+def interlock_options(module):
     params = module.params
-    options = InterlockOptions(
+    return InterlockOptions(
         target={str(key): str(value) for key, value in params["target"].items() if value not in (None, "")},
         previous={str(key): str(value) for key, value in (params["previous"] or {}).items() if value not in (None, "")}
         or None,
@@ -177,14 +176,17 @@ def main():
         wait=WaitOptions(wait=True, timeout=params["wait_timeout"], sleep=params["wait_sleep"]),
         check_mode=module.check_mode,
     )
-    try:
-        result = run_kernel_interlock(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed the kernel interlock: {err.msg}", **err.result)
-    for finding in result["findings"]:
-        if finding["severity"] == "warning":
-            module.warn(f"{finding['check']}: {finding['message']}")
-    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module,
+        lambda: run_kernel_interlock(KubeApi.from_params(module.params), interlock_options(module)),
+        failure="Failed the kernel interlock",
+        missing=missing_libraries(),
+        more_warnings=lambda result: finding_warnings(result["findings"]),
+    )
 
 
 if __name__ == "__main__":

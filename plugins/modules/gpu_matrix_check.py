@@ -207,10 +207,9 @@ api_requests:
   sample: 12
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._audit_report import publish_result
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
@@ -222,6 +221,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema im
     HAS_JSONSCHEMA,
     JSONSCHEMA_IMPORT_ERROR,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 
 
 def argument_spec():
@@ -244,42 +244,41 @@ def argument_spec():
     return spec
 
 
+def check(module):
+    params = module.params
+    source = MatrixSource(
+        path=params["src"],
+        configmap_name=params["configmap_name"],
+        configmap_namespace=params["configmap_namespace"],
+        catalog_path=params["catalog"],
+    )
+    result = run_matrix_check(
+        source,
+        target_stage=params["target_stage"],
+        audit=params["audit"],
+        connect=lambda: KubeApi.from_params(params),
+        firmware_by_node=params["firmware_by_node"],
+    )
+    changed = publish_result(
+        result,
+        report_dir=params["report_dir"],
+        drift_nodes=params["drift_nodes"],
+        check_mode=module.check_mode,
+    )
+    return dict(result, changed=changed)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=argument_spec(),
         required_one_of=[("src", "configmap_name")],
         supports_check_mode=True,
     )
-    for library, error in [("PyYAML", YAML_IMPORT_ERROR), ("jsonschema", JSONSCHEMA_IMPORT_ERROR)]:
-        if error is not None and not (HAS_YAML if library == "PyYAML" else HAS_JSONSCHEMA):
-            module.fail_json(msg=missing_required_lib(library), exception=error)
+    libraries = (("PyYAML", HAS_YAML, YAML_IMPORT_ERROR), ("jsonschema", HAS_JSONSCHEMA, JSONSCHEMA_IMPORT_ERROR))
+    missing = [(library, error) for library, present, error in libraries if not present]
     if module.params["audit"] or module.params["configmap_name"]:
-        for library, error in missing_libraries():
-            module.fail_json(msg=missing_required_lib(library), exception=error)
-
-    source = MatrixSource(
-        path=module.params["src"],
-        configmap_name=module.params["configmap_name"],
-        configmap_namespace=module.params["configmap_namespace"],
-        catalog_path=module.params["catalog"],
-    )
-    try:
-        result = run_matrix_check(
-            source,
-            target_stage=module.params["target_stage"],
-            audit=module.params["audit"],
-            connect=lambda: KubeApi.from_params(module.params),
-            firmware_by_node=module.params["firmware_by_node"],
-        )
-        changed = publish_result(
-            result,
-            report_dir=module.params["report_dir"],
-            drift_nodes=module.params["drift_nodes"],
-            check_mode=module.check_mode,
-        )
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to check the version matrix: {err.msg}", **err.result)
-    module.exit_json(changed=changed, **result)
+        missing += missing_libraries()
+    run_module(module, lambda: check(module), failure="Failed to check the version matrix", missing=missing)
 
 
 if __name__ == "__main__":

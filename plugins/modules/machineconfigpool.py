@@ -26,6 +26,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -60,16 +63,6 @@ options:
     default: ""
   wait:
     description: Wait until the pool is Updated (or Degraded).
-    type: bool
-    default: true
-  wait_timeout:
-    description: Seconds to wait.
-    type: int
-    default: 3600
-  wait_sleep:
-    description: Seconds between two looks at the pool.
-    type: int
-    default: 10
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -166,14 +159,14 @@ api_requests:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, wait_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     PoolOptions,
     WaitOptions,
@@ -190,24 +183,19 @@ def argument_spec():
         paused={"type": "bool"},
         max_unavailable={"type": "raw"},
         pause_reason={"type": "str", "default": ""},
-        wait={"type": "bool", "default": True},
-        wait_timeout={"type": "int", "default": 3600},
-        wait_sleep={"type": "int", "default": 10},
     )
+    spec.update(wait_argument_spec())
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
+def pool_options(module):
     params = module.params
     max_unavailable = params["max_unavailable"]
     if isinstance(max_unavailable, str) and max_unavailable.isdigit():
         max_unavailable = int(max_unavailable)
     if max_unavailable in ("", None):
         max_unavailable = None
-    options = PoolOptions(
+    return PoolOptions(
         name=params["name"],
         state=params["state"],
         member_selector={str(key): str(value) for key, value in (params["member_selector"] or {}).items()},
@@ -218,12 +206,16 @@ def main():
         check_mode=module.check_mode,
         diff=module._diff,
     )
-    try:
-        result = run_machineconfigpool(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to bring MachineConfigPool {params['name']} to {params['state']}: {err.msg}",
-                         **err.result)  # fmt: skip
-    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module,
+        lambda: run_machineconfigpool(KubeApi.from_params(module.params), pool_options(module)),
+        failure=f"Failed to bring MachineConfigPool {module.params['name']} to {module.params['state']}",
+        missing=missing_libraries(),
+    )
 
 
 if __name__ == "__main__":

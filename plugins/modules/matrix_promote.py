@@ -114,9 +114,9 @@ git:
 
 import datetime
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import (
     HAS_RUAMEL,
     RUAMEL_IMPORT_ERROR,
@@ -124,6 +124,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write imp
     promote_matrix_file,
     stable_tag,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import utc_now
 
 
 def argument_spec():
@@ -138,38 +140,32 @@ def argument_spec():
     }
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not HAS_RUAMEL:
-        module.fail_json(msg=missing_required_lib("ruamel.yaml"), exception=RUAMEL_IMPORT_ERROR)
+def promote(module):
     params = module.params
-    promoted_on = params["promoted_on"] or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    promoted_on = params["promoted_on"] or utc_now().strftime("%Y-%m-%d")
     try:
         datetime.datetime.strptime(promoted_on, "%Y-%m-%d")
-    except ValueError:
-        module.fail_json(msg=f"Failed to promote the matrix: promoted_on {promoted_on!r} is not YYYY-MM-DD")
+    except ValueError as err:
+        raise InvalidInputError(f"promoted_on {promoted_on!r} is not YYYY-MM-DD") from err
     try:
         with open(params["path"], encoding="utf-8") as handle:
             before = handle.read()
     except OSError as err:
-        module.fail_json(msg=f"Failed to promote the matrix: cannot read {params['path']}: {err.strerror}")
-    try:
-        promotion = promote_matrix_file(
-            params["path"], promoted_on=promoted_on, note=params["note"], check_mode=module.check_mode
+        raise InvalidInputError(f"cannot read it: {err.strerror}") from err
+    promotion = promote_matrix_file(
+        params["path"], promoted_on=promoted_on, note=params["note"], check_mode=module.check_mode
+    )
+    result = promotion.as_dict()
+    if promotion.changed and params["git_commit"] and not module.check_mode:
+        result["git"] = git_commit_and_tag(
+            lambda command: module.run_command(command, check_rc=False),
+            path=params["path"],
+            message=f"Promote canary_testing to current_production ({promoted_on})\n\n{promotion.message}\n"
+            + (f"\n{params['note']}\n" if params["note"] else ""),
+            tag=params["git_tag"] or stable_tag(promoted_on),
+            author_name=params["git_author_name"],
+            author_email=params["git_author_email"],
         )
-        result = promotion.as_dict()
-        if promotion.changed and params["git_commit"] and not module.check_mode:
-            result["git"] = git_commit_and_tag(
-                lambda command: module.run_command(command, check_rc=False),
-                path=params["path"],
-                message=f"Promote canary_testing to current_production ({promoted_on})\n\n{promotion.message}\n"
-                + (f"\n{params['note']}\n" if params["note"] else ""),
-                tag=params["git_tag"] or stable_tag(promoted_on),
-                author_name=params["git_author_name"],
-                author_email=params["git_author_email"],
-            )
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to promote the matrix {params['path']}: {err.msg}", **err.result)
     if module._diff and promotion.changed:
         result["diff"] = {
             "before": before,
@@ -177,7 +173,17 @@ def main():
             "before_header": params["path"],
             "after_header": params["path"],
         }
-    module.exit_json(**result)
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module,
+        lambda: promote(module),
+        failure=f"Failed to promote the matrix {module.params['path']}",
+        missing=[] if HAS_RUAMEL else [("ruamel.yaml", RUAMEL_IMPORT_ERROR)],
+    )
 
 
 if __name__ == "__main__":

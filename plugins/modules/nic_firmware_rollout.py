@@ -31,6 +31,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.redfish
+  - gpufleet.upgrade.firmware_components
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -39,31 +42,6 @@ attributes:
     support: none
     description: The result's C(preflight) and C(timeline) show versions before and after instead.
 options:
-  components:
-    description: The firmware to bring the nodes to; the same entries as M(gpufleet.upgrade.firmware_idrac_flash).
-    type: list
-    elements: dict
-    required: true
-    suboptions:
-      match:
-        description: Glob or substring of the inventory member's Name, Id or FQDD (C(ConnectX-7)).
-        type: str
-        required: true
-      version:
-        description: Target version (the matrix's C(firmware_*) value). Optional with O(rollback=true).
-        type: str
-      image_path:
-        description: Local image, pushed to each BMC. Needs O(components[].sha256).
-        type: path
-      image_uri:
-        description: HTTP(S) URL the BMCs fetch the image from.
-        type: str
-      sha256:
-        description: The image's sha256.
-        type: str
-      name:
-        description: Label for the result, for example C(firmware_cx7).
-        type: str
   scope:
     description:
       - C(canary) flashes the nodes labelled O(canary_label)C(=true) only; C(all) every node in the pool, canaries
@@ -111,23 +89,6 @@ options:
         O(bmc_password) for nodes not in O(bmcs).
     type: dict
     default: {}
-  bmc_username:
-    description: BMC user. Falls back to E(REDFISH_USERNAME).
-    type: str
-  bmc_password:
-    description: BMC password. Falls back to E(REDFISH_PASSWORD). Never logged.
-    type: str
-  bmc_validate_certs:
-    description: Verify the BMCs' TLS certificates.
-    type: bool
-    default: true
-  bmc_ca_path:
-    description: PEM file of the CA of the BMCs' certificates.
-    type: path
-  bmc_timeout:
-    description: Seconds one Redfish request may take.
-    type: int
-    default: 30
   bmc_address_annotation:
     description: Node annotation holding the BMC address.
     type: str
@@ -187,10 +148,6 @@ options:
     description: Seconds for the Node to be Ready with its GPUs after the reboot.
     type: int
     default: 1800
-  wait_sleep:
-    description: Seconds between two looks at a job, a host or a node.
-    type: float
-    default: 10
   preflight_only:
     description: Check the images and read the BMCs, change nothing.
     type: bool
@@ -286,11 +243,10 @@ elapsed:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import ComponentSpec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import component_specs
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_rollout import (
     BmcAccess,
     RolloutOptions,
@@ -301,24 +257,20 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    firmware_components_argument_spec,
+    redfish_argument_spec,
+    run_module,
+    wait_argument_spec,
+)
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
+    spec.update(firmware_components_argument_spec())
+    spec.update(redfish_argument_spec())
+    spec.update(wait_argument_spec(options=("wait_sleep",)))
     spec.update(
-        components={
-            "type": "list",
-            "elements": "dict",
-            "required": True,
-            "options": {
-                "match": {"type": "str", "required": True},
-                "version": {"type": "str"},
-                "image_path": {"type": "path"},
-                "image_uri": {"type": "str"},
-                "sha256": {"type": "str"},
-                "name": {"type": "str"},
-            },
-        },
         scope={"type": "str", "choices": ["canary", "all"], "default": "all"},
         nodes={"type": "list", "elements": "str"},
         node_selector={"type": "str", "default": "nvidia.com/gpu.present=true"},
@@ -335,11 +287,6 @@ def argument_spec():
             },
         },
         bmc_addresses={"type": "dict", "default": {}},
-        bmc_username={"type": "str", "fallback": (env_fallback, ["REDFISH_USERNAME"])},
-        bmc_password={"type": "str", "no_log": True, "fallback": (env_fallback, ["REDFISH_PASSWORD"])},
-        bmc_validate_certs={"type": "bool", "default": True},
-        bmc_ca_path={"type": "path"},
-        bmc_timeout={"type": "int", "default": 30},
         bmc_address_annotation={"type": "str", "default": "gpufleet.io/bmc-address"},
         apply_time={"type": "str", "choices": ["OnReset", "Immediate"], "default": "OnReset"},
         reset_type={
@@ -358,7 +305,6 @@ def argument_spec():
         job_timeout={"type": "int", "default": 1800},
         reboot_timeout={"type": "int", "default": 1800},
         node_ready_timeout={"type": "int", "default": 1800},
-        wait_sleep={"type": "float", "default": 10},
         preflight_only={"type": "bool", "default": False},
     )
     return spec
@@ -370,75 +316,63 @@ def max_unavailable(value):
     return int(text) if text.isdigit() else text
 
 
+def rollout_options(module):
+    params = module.params
+    flash = FlashOptions(
+        components=component_specs(params["components"]),
+        apply_time=params["apply_time"],
+        reboot=True,
+        reset_type=params["reset_type"],
+        rollback=params["rollback"],
+        allow_downgrade=params["allow_downgrade"],
+        job_timeout=params["job_timeout"],
+        reboot_timeout=params["reboot_timeout"],
+        wait_sleep=params["wait_sleep"],
+        check_mode=module.check_mode,
+    )
+    return RolloutOptions(
+        flash=flash,
+        scope=params["scope"],
+        nodes=tuple(params["nodes"] or ()),
+        node_selector=params["node_selector"],
+        canary_label=params["canary_label"],
+        bmcs=tuple(
+            BmcAccess(
+                node=entry["node"],
+                address=entry["address"],
+                username=entry.get("username") or "",
+                password=entry.get("password") or "",
+            )
+            for entry in params["bmcs"]
+        ),
+        bmc_addresses={str(node): str(address) for node, address in (params["bmc_addresses"] or {}).items()},
+        bmc_username=params["bmc_username"] or "",
+        bmc_password=params["bmc_password"] or "",
+        bmc_validate_certs=params["bmc_validate_certs"],
+        bmc_ca_path=params["bmc_ca_path"],
+        bmc_timeout=params["bmc_timeout"],
+        bmc_address_annotation=params["bmc_address_annotation"],
+        rollout_name=params["rollout_name"],
+        max_unavailable=max_unavailable(params["max_unavailable"]),
+        max_parallel=params["max_parallel"],
+        failure_domain_label=params["failure_domain_label"],
+        budget_wait_timeout=params["budget_wait_timeout"],
+        drain_timeout=params["drain_timeout"],
+        node_ready_timeout=params["node_ready_timeout"],
+        wait_sleep=params["wait_sleep"],
+        preflight_only=params["preflight_only"],
+        check_mode=module.check_mode,
+    )
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
-    params = module.params
-    try:
-        flash = FlashOptions(
-            components=[
-                ComponentSpec(
-                    match=entry["match"],
-                    version=entry.get("version") or "",
-                    image_path=entry.get("image_path") or "",
-                    image_uri=entry.get("image_uri") or "",
-                    sha256=entry.get("sha256") or "",
-                    name=entry.get("name") or "",
-                )
-                for entry in params["components"]
-            ],
-            apply_time=params["apply_time"],
-            reboot=True,
-            reset_type=params["reset_type"],
-            rollback=params["rollback"],
-            allow_downgrade=params["allow_downgrade"],
-            job_timeout=params["job_timeout"],
-            reboot_timeout=params["reboot_timeout"],
-            wait_sleep=params["wait_sleep"],
-            check_mode=module.check_mode,
-        )
-        options = RolloutOptions(
-            flash=flash,
-            scope=params["scope"],
-            nodes=tuple(params["nodes"] or ()),
-            node_selector=params["node_selector"],
-            canary_label=params["canary_label"],
-            bmcs=tuple(
-                BmcAccess(
-                    node=entry["node"],
-                    address=entry["address"],
-                    username=entry.get("username") or "",
-                    password=entry.get("password") or "",
-                )
-                for entry in params["bmcs"]
-            ),
-            bmc_addresses={str(node): str(address) for node, address in (params["bmc_addresses"] or {}).items()},
-            bmc_username=params["bmc_username"] or "",
-            bmc_password=params["bmc_password"] or "",
-            bmc_validate_certs=params["bmc_validate_certs"],
-            bmc_ca_path=params["bmc_ca_path"],
-            bmc_timeout=params["bmc_timeout"],
-            bmc_address_annotation=params["bmc_address_annotation"],
-            rollout_name=params["rollout_name"],
-            max_unavailable=max_unavailable(params["max_unavailable"]),
-            max_parallel=params["max_parallel"],
-            failure_domain_label=params["failure_domain_label"],
-            budget_wait_timeout=params["budget_wait_timeout"],
-            drain_timeout=params["drain_timeout"],
-            node_ready_timeout=params["node_ready_timeout"],
-            wait_sleep=params["wait_sleep"],
-            preflight_only=params["preflight_only"],
-            check_mode=module.check_mode,
-        )
-        result = run_nic_firmware_rollout(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        for warning in err.result.pop("warnings", []):
-            module.warn(warning)
-        module.fail_json(msg=f"Failed to roll out NIC firmware: {err.msg}", **err.result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
-    module.exit_json(**result)
+    run_module(
+        module,
+        lambda: run_nic_firmware_rollout(KubeApi.from_params(module.params), rollout_options(module)),
+        failure="Failed to roll out NIC firmware",
+        missing=missing_libraries(),
+    )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -141,15 +144,17 @@ options:
     default: 600
   wait:
     description: In C(auto_upgrade) mode, wait until every targeted node is C(upgrade-done) at the target.
-    type: bool
-    default: true
   wait_timeout:
-    description: Seconds the C(auto_upgrade) watch may take.
-    type: int
+    description:
+      - Seconds the C(auto_upgrade) watch may take.
+      - Two hours rather than the collection's one - the watch covers every targeted node, each draining and
+        reloading its driver in turn.
     default: 7200
   wait_sleep:
-    description: Seconds between two looks at the cluster.
-    type: float
+    description:
+      - Seconds between two looks at the cluster.
+      - 5 rather than the collection's 10 - a node's steps (an eviction, a driver pod restart) take seconds, and a
+        longer pause would leave the rollout idle between them.
     default: 5
   rollout_name:
     description: Name of the rollout in the node annotations (1-30 lowercase letters, digits or C(-)).
@@ -274,14 +279,14 @@ patches:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, wait_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_runner import (
     OfedRolloutOptions,
     run_ofed_rollout,
@@ -319,60 +324,55 @@ def argument_spec():
         reload_timeout={"type": "int", "default": 1200},
         restart_limit={"type": "int", "default": 3},
         budget_timeout={"type": "int", "default": 600},
-        wait={"type": "bool", "default": True},
-        wait_timeout={"type": "int", "default": 7200},
-        wait_sleep={"type": "float", "default": 5},
         rollout_name={"type": "str", "default": "ofed"},
     )
+    spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=5.0))
     return spec
+
+
+def rollout_options(module):
+    params = module.params
+    evict = params["evict"] or {}
+    max_unavailable = params["max_unavailable"]
+    return OfedRolloutOptions(
+        target_version=params["target_version"],
+        mode=params["mode"],
+        namespace=params["namespace"],
+        nic_cluster_policy=params["nic_cluster_policy"] or "",
+        mofed_pod_selector=params["mofed_pod_selector"],
+        node_selector=params["node_selector"] or "",
+        nodes=tuple(params["nodes"] or ()),
+        canary_selector=params["canary_selector"] or "",
+        max_unavailable=max_unavailable if isinstance(max_unavailable, int) else str(max_unavailable),
+        max_parallel=params["max_parallel"],
+        failure_domain_label=params["failure_domain_label"] or "",
+        max_per_domain=params["max_per_domain"],
+        job_selector=params["job_selector"] or "",
+        job_timeout=params["job_timeout"],
+        evict_secondary_network=evict.get("secondary_network", True),
+        evict_pod_selector=evict.get("pod_selector") or "",
+        evict_force=evict.get("force", False),
+        evict_delete_emptydir_data=evict.get("delete_emptydir_data", False),
+        eviction_timeout=params["eviction_timeout"],
+        reload_timeout=params["reload_timeout"],
+        restart_limit=params["restart_limit"],
+        budget_timeout=params["budget_timeout"],
+        wait=params["wait"],
+        wait_timeout=params["wait_timeout"],
+        wait_sleep=params["wait_sleep"],
+        rollout_name=params["rollout_name"],
+        check_mode=module.check_mode,
+    )
 
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
-
-    params = module.params
-    evict = params["evict"] or {}
-    max_unavailable = params["max_unavailable"]
-    try:
-        options = OfedRolloutOptions(
-            target_version=params["target_version"],
-            mode=params["mode"],
-            namespace=params["namespace"],
-            nic_cluster_policy=params["nic_cluster_policy"] or "",
-            mofed_pod_selector=params["mofed_pod_selector"],
-            node_selector=params["node_selector"] or "",
-            nodes=tuple(params["nodes"] or ()),
-            canary_selector=params["canary_selector"] or "",
-            max_unavailable=max_unavailable if isinstance(max_unavailable, int) else str(max_unavailable),
-            max_parallel=params["max_parallel"],
-            failure_domain_label=params["failure_domain_label"] or "",
-            max_per_domain=params["max_per_domain"],
-            job_selector=params["job_selector"] or "",
-            job_timeout=params["job_timeout"],
-            evict_secondary_network=evict.get("secondary_network", True),
-            evict_pod_selector=evict.get("pod_selector") or "",
-            evict_force=evict.get("force", False),
-            evict_delete_emptydir_data=evict.get("delete_emptydir_data", False),
-            eviction_timeout=params["eviction_timeout"],
-            reload_timeout=params["reload_timeout"],
-            restart_limit=params["restart_limit"],
-            budget_timeout=params["budget_timeout"],
-            wait=params["wait"],
-            wait_timeout=params["wait_timeout"],
-            wait_sleep=params["wait_sleep"],
-            rollout_name=params["rollout_name"],
-            check_mode=module.check_mode,
-        )
-        result = run_ofed_rollout(KubeApi.from_params(params), options)
-    except GpuFleetError as err:
-        for warning in err.result.pop("warnings", []):
-            module.warn(warning)
-        module.fail_json(msg=f"Failed to roll out MOFED {params['target_version']}: {err.msg}", **err.result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
-    module.exit_json(**result)
+    run_module(
+        module,
+        lambda: run_ofed_rollout(KubeApi.from_params(module.params), rollout_options(module)),
+        failure=f"Failed to roll out MOFED {module.params['target_version']}",
+        missing=missing_libraries(),
+    )
 
 
 if __name__ == "__main__":

@@ -254,7 +254,7 @@ entries:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
@@ -267,7 +267,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
     RunRequest,
     append_cluster_entry,
     append_file_entry,
-    iso,
     merge_entries,
     new_entry_id,
     parse_iso,
@@ -277,7 +276,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
     sample_nodes_now,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import render_report, report_file_name
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 
 def argument_spec():
@@ -344,59 +345,68 @@ def record(module, api):
     return result
 
 
+def ledger_action(module):
+    params = module.params
+    action = params["action"]
+    api = KubeApi.from_params(params)
+    if action == "plan":
+        request = RunRequest(
+            stage=params["stage"],
+            matrix_path=params["matrix_file"],
+            catalog_path=params["catalog"],
+            namespace=params["namespace"],
+            configmap_name=params["configmap_name"],
+            ledger_file=params["ledger_file"] or "",
+            bake_hours=params["bake_hours"],
+            force_reason=params["force_reason"] or "",
+            canary_node=params["canary_node"] or "",
+            canary_label=params["canary_label"],
+            rollback_to=params["rollback_to"],
+            supported_groups=tuple(params["supported_groups"] or ()),
+            gpu_node_selector=params["gpu_node_selector"],
+            sample_size=params["sample_size"],
+            sample_free_gpus=params["sample_free_gpus"],
+        )
+        result = plan_run(request, api=api)
+        result["api_requests"] = api.requests_sent
+        return dict(result, changed=False)
+    if action == "record":
+        return record(module, api)
+    if action == "sample":
+        chosen = sample_nodes_now(
+            api,
+            gpu_node_selector=params["gpu_node_selector"],
+            size=params["sample_size"],
+            needed=params["sample_free_gpus"],
+            exclude=params["exclude_nodes"],
+        )
+        return {"changed": False, "sample_nodes": chosen}
+    entries = merge_entries(
+        read_cluster_ledger(api, namespace=params["namespace"] or "gpu-operator", name=params["configmap_name"]),
+        read_file_ledger(params["ledger_file"] or ""),
+    )
+    return {"changed": False, "entries": entries}
+
+
+def work_on_ledger(module):
+    try:
+        return ledger_action(module)
+    except OSError as err:  # the ledger file or the report: reported like any other failure
+        raise GpuFleetError(str(err)) from err
+
+
 def main():
     module = AnsibleModule(
         argument_spec=argument_spec(),
         required_if=[("action", "plan", ("stage", "matrix_file")), ("action", "record", ("entry",))],
         supports_check_mode=True,
     )
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
-    params = module.params
-    action = params["action"]
-    try:
-        api = KubeApi.from_params(params)
-        if action == "plan":
-            request = RunRequest(
-                stage=params["stage"],
-                matrix_path=params["matrix_file"],
-                catalog_path=params["catalog"],
-                namespace=params["namespace"],
-                configmap_name=params["configmap_name"],
-                ledger_file=params["ledger_file"] or "",
-                bake_hours=params["bake_hours"],
-                force_reason=params["force_reason"] or "",
-                canary_node=params["canary_node"] or "",
-                canary_label=params["canary_label"],
-                rollback_to=params["rollback_to"],
-                supported_groups=tuple(params["supported_groups"] or ()),
-                gpu_node_selector=params["gpu_node_selector"],
-                sample_size=params["sample_size"],
-                sample_free_gpus=params["sample_free_gpus"],
-            )
-            result = plan_run(request, api=api)
-            result["api_requests"] = api.requests_sent
-            module.exit_json(changed=False, **result)
-        if action == "record":
-            module.exit_json(**record(module, api))
-        if action == "sample":
-            chosen = sample_nodes_now(
-                api,
-                gpu_node_selector=params["gpu_node_selector"],
-                size=params["sample_size"],
-                needed=params["sample_free_gpus"],
-                exclude=params["exclude_nodes"],
-            )
-            module.exit_json(changed=False, sample_nodes=chosen)
-        entries = merge_entries(
-            read_cluster_ledger(api, namespace=params["namespace"] or "gpu-operator", name=params["configmap_name"]),
-            read_file_ledger(params["ledger_file"] or ""),
-        )
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to {action} the upgrade ledger: {err.msg}", **err.result)
-    except OSError as err:
-        module.fail_json(msg=f"Failed to {action} the upgrade ledger: {err}")
-    module.exit_json(changed=False, entries=entries)
+    run_module(
+        module,
+        lambda: work_on_ledger(module),
+        failure=f"Failed to {module.params['action']} the upgrade ledger",
+        missing=missing_libraries(),
+    )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.wait.timeout
+  - gpufleet.upgrade.wait.sleep
 attributes:
   check_mode:
     support: full
@@ -67,17 +69,20 @@ options:
     type: int
     default: 2
   wait_timeout:
-    description: Seconds to wait for all gates together.
-    type: int
+    description:
+      - Seconds to wait for all gates together (the module always waits for its gates).
+      - Half an hour rather than the collection's hour - the gates are short Jobs; a DCGM diagnostic at level 2 takes
+        minutes.
     default: 1800
   start_timeout:
     description: Seconds a gate's pod may stay unscheduled or unable to start (image pull errors) before it fails.
     type: int
     default: 300
   wait_sleep:
-    description: Seconds between two looks at the gates' pods.
-    type: float
-    default: 2.0
+    description:
+      - Seconds between two looks at the gates' pods.
+      - 2 rather than the collection's 10 - most gates end in seconds and the node waits for their verdict.
+    default: 2
   pin:
     description:
       - How the pods are pinned to the node. C(hostname) uses a C(kubernetes.io/hostname) nodeSelector, so the scheduler
@@ -258,11 +263,10 @@ elapsed:
   sample: 184.2
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import SSLValidationError, open_url
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     DEFAULT_IMAGES,
     GATE_NAMES,
@@ -276,6 +280,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, wait_argument_spec
 
 
 def argument_spec():
@@ -286,9 +291,7 @@ def argument_spec():
         namespace={"type": "str", "default": "gpu-operator"},
         images={"type": "dict", "default": {}},
         dcgm_level={"type": "int", "default": 2},
-        wait_timeout={"type": "int", "default": 1800},
         start_timeout={"type": "int", "default": 300},
-        wait_sleep={"type": "float", "default": 2.0},
         pin={"type": "str", "choices": ["hostname", "node_name"], "default": "hostname"},
         tolerations={"type": "list", "elements": "dict", "default": [{"key": "nvidia.com/gpu", "operator": "Exists"}]},
         service_account={"type": "str"},
@@ -314,6 +317,7 @@ def argument_spec():
         image_pull_secrets={"type": "list", "elements": "str", "default": [], "no_log": False},
         fail_on_failure={"type": "bool", "default": True},
     )
+    spec.update(wait_argument_spec(options=("wait_timeout", "wait_sleep"), wait_timeout=1800, wait_sleep=2.0))
     return spec
 
 
@@ -351,44 +355,47 @@ def settings_from(params):
     )
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
+def validate(module):
     params = module.params
-    try:
-        gates = validate_gate_names(params["gates"])
-        settings = settings_from(params)
-        if module.check_mode:
-            module.exit_json(
-                changed=False,
-                passed=None,
-                checked=False,
-                node=params["node"],
-                gates=[],
-                failed_gates=[],
-                summary=f"check mode: {', '.join(gates)} not run",
-                counters={},
-                elapsed=0.0,
-            )
-        fetch = None
-        if settings.prometheus_url:
-            fetch = fetch_json_with(
-                open_url,
-                validate_certs=params["prometheus_validate_certs"],
-                timeout=30,
-                errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
-            )
-        report = run_gates(
-            KubeApi.from_params(params), node=params["node"], gates=gates, settings=settings, fetch=fetch
+    gates = validate_gate_names(params["gates"])
+    settings = settings_from(params)
+    if module.check_mode:
+        return {
+            "changed": False,
+            "passed": None,
+            "checked": False,
+            "node": params["node"],
+            "gates": [],
+            "failed_gates": [],
+            "summary": f"check mode: {', '.join(gates)} not run",
+            "counters": {},
+            "elapsed": 0.0,
+        }
+    fetch = None
+    if settings.prometheus_url:
+        fetch = fetch_json_with(
+            open_url,
+            validate_certs=params["prometheus_validate_certs"],
+            timeout=30,
+            errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
         )
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to validate node {params['node']}: {err.msg}", **err.result)
+    report = run_gates(KubeApi.from_params(params), node=params["node"], gates=gates, settings=settings, fetch=fetch)
     result = report.as_dict()
-    # The gates create and delete their own Jobs: the cluster ends as it began.
+    # A node that fails its gates is the verdict, not an error of the module: its own message, the full report.
     if not report.passed and params["fail_on_failure"]:
         module.fail_json(msg=f"Validation of node {params['node']} failed: {result['summary']}", checked=True, **result)
-    module.exit_json(changed=False, checked=True, **result)
+    # The gates create and delete their own Jobs: the cluster ends as it began.
+    return dict(result, changed=False, checked=True)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(
+        module,
+        lambda: validate(module),
+        failure=f"Failed to validate node {module.params['node']}",
+        missing=missing_libraries(),
+    )
 
 
 if __name__ == "__main__":

@@ -31,13 +31,14 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
     read_file_ledger,
     sample_nodes,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 CHANGE = "gpu_operator-0123456789"
 T0 = datetime.datetime(2026, 11, 22, 8, 0, 0, tzinfo=datetime.UTC)
 
 
 def at(hours: float) -> str:
-    return ledger.iso(T0 + datetime.timedelta(hours=hours))
+    return iso(T0 + datetime.timedelta(hours=hours))
 
 
 def entry(stage: str, outcome: str, hours: float, **extra) -> dict:
@@ -68,6 +69,13 @@ def test_merge_keeps_each_entry_once_oldest_first_fullest_copy() -> None:
     merged = merge_entries(cluster, file_copy)
     assert [item["id"] for item in merged] == ["canary-0-success", "bake-2-success", "bake-1"]
     assert merged[-1]["gates"] == [{"evidence": "raw ibstat output"}]
+
+
+def test_ledger_times_are_read_with_the_one_rfc3339_parser() -> None:
+    assert ledger.parse_iso("2026-11-22T08:00:00Z") == T0
+    assert ledger.parse_iso("2026-11-22T08:00:00.250000Z") == T0 + datetime.timedelta(milliseconds=250)
+    with pytest.raises(InvalidInputError, match="Ledger time 'yesterday' is not an RFC 3339 time"):
+        ledger.parse_iso("yesterday")
 
 
 def test_jsonl_round_trip_and_errors() -> None:

@@ -99,3 +99,10 @@ def test_pause_records_when_and_unpause_forgets_it():
     now = datetime.datetime(2026, 11, 23, 8, tzinfo=datetime.UTC)
     assert paused_hours(pool_state(paused), now=now) == 24.0
     assert paused_hours(pool_state(pool()), now=now) is None
+
+
+def test_paused_hours_reads_a_paused_at_written_with_microseconds():
+    # A person (or another tool) may stamp the annotation as metav1.MicroTime does.
+    paused = pool(paused=True, annotations={PAUSED_AT_ANNOTATION: "2026-11-22T08:00:00.500000Z"})
+    now = datetime.datetime(2026, 11, 22, 20, 0, 0, 500000, tzinfo=datetime.UTC)
+    assert paused_hours(pool_state(paused), now=now) == 12.0

@@ -37,13 +37,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     execute_rollout,
     fail_write,
     finish_write,
-    iso,
     node_disposition,
     read_progress,
     start_annotations,
     step_write,
     unfinished_nodes,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 ROLLOUT = "mofed"
 KEYS = ProgressKeys(ROLLOUT)
