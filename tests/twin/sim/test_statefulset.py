@@ -152,3 +152,26 @@ def test_on_delete_replaces_only_deleted_pods(simulate) -> None:
         assert _live(cluster)["web-0"]["spec"]["containers"][0]["image"].endswith(":1")
 
     simulate(scenario, nodes=2)
+
+
+def test_seeded_distributed_training_runs_under_its_pdb(simulate) -> None:
+    async def scenario(cluster) -> None:
+        await cluster.run_for(30)
+        sts = cluster.store.get(cluster.kinds.statefulset, "ml-training", "dist-train")
+        assert sts["status"]["readyReplicas"] == sts["spec"]["replicas"] == 4
+        ranks = sorted(
+            p["metadata"]["name"]
+            for p in cluster.pods("ml-training", live=True)
+            if "dist-train" in p["metadata"]["name"]
+        )
+        assert ranks == ["dist-train-0", "dist-train-1", "dist-train-2", "dist-train-3"]
+        gpus: dict[str, int] = {}
+        for pod in cluster.pods(live=True):
+            node = pod["spec"].get("nodeName")
+            if node:
+                gpus[node] = gpus.get(node, 0) + podutil.gpu_request(pod)
+        assert max(gpus.values()) <= 8
+        pdb = cluster.store.get(cluster.kinds.pdb, "ml-training", "dist-train")
+        assert pdb["spec"]["maxUnavailable"] == 1 and pdb["status"]["disruptionsAllowed"] == 1
+
+    simulate(scenario, nodes=8, workloads=True, distributed_training=True)
