@@ -128,8 +128,8 @@ class TokenIssuer:
         }
 
     def _bound_claims(self, namespace: str, bound: Obj) -> Obj:
-        kind = bound.get("kind")
-        plural = _BOUND_KINDS.get(str(kind))
+        kind = str(bound.get("kind") or "")
+        plural = _BOUND_KINDS.get(kind)
         if plural is None:
             raise errors.bad_request(f"cannot bind token to object of type {kind}")
         rtype = self._registry.get("", plural)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
@@ -54,6 +55,13 @@ POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 RETRY_INITIAL = 1.0
 RETRY_MAX = 300.0
+
+
+@dataclass(frozen=True)
+class _Revisions:
+    current: Obj
+    update: Obj
+    collisions: int
 
 
 class StatefulSetController(_Controller):
@@ -74,7 +82,11 @@ class StatefulSetController(_Controller):
         meta = sts["metadata"]
         spec = sts.get("spec") or {}
         status = sts.get("status") or {}
-        writes, current_rev, update_rev = self._revisions(sts)
+        writes, revisions = self._revisions(sts)
+        if revisions is None:
+            self._due.schedule(key, now + RETRY_INITIAL)
+            return writes
+        current_rev, update_rev = revisions.current, revisions.update
         replicas = int(spec.get("replicas", 1))
         start = int((spec.get("ordinals") or {}).get("start") or 0)
         monotonic = spec.get("podManagementPolicy", "OrderedReady") != "Parallel"
@@ -115,7 +127,14 @@ class StatefulSetController(_Controller):
         else:
             self._failures.pop(key, None)
         return writes + self._update_status(
-            sts, status, current_rev=current_rev, update_rev=update_rev, rolling=rolling, min_ready=min_ready, now=now
+            sts,
+            status,
+            current_rev=current_rev,
+            update_rev=update_rev,
+            collisions=revisions.collisions,
+            rolling=rolling,
+            min_ready=min_ready,
+            now=now,
         )
 
     # -- pods ------------------------------------------------------------------------------------------------
@@ -150,7 +169,7 @@ class StatefulSetController(_Controller):
             if pod is None:
                 # newVersionedStatefulSetPod: below the partition from the current revision.
                 below = partition is not None and ordinal - start < partition
-                created = self._create_pod(sts, ordinal, current_rev if below else update_rev)
+                created = self._create_ordinal_pod(sts, ordinal, current_rev if below else update_rev)
                 if created is None:
                     return writes, True, True
                 slots[ordinal] = created
@@ -215,7 +234,7 @@ class StatefulSetController(_Controller):
                 return 0
         return 0
 
-    def _create_pod(self, sts: Obj, ordinal: int, revision: Obj) -> Obj | None:
+    def _create_ordinal_pod(self, sts: Obj, ordinal: int, revision: Obj) -> Obj | None:
         meta = sts["metadata"]
         spec = sts.get("spec") or {}
         template = _revision_template(revision) or spec.get("template") or {}
@@ -265,8 +284,8 @@ class StatefulSetController(_Controller):
         return created
 
     # -- revisions -----------------------------------------------------------------------------------------
-    def _revisions(self, sts: Obj) -> tuple[int, Obj, Obj]:
-        """(writes, current revision, update revision): the ControllerRevisions of the set, the template's made."""
+    def _revisions(self, sts: Obj) -> tuple[int, _Revisions | None]:
+        """(writes, current and update ControllerRevisions): the template's made if missing; None if it cannot be."""
         meta = sts["metadata"]
         spec = sts.get("spec") or {}
         status = sts.get("status") or {}
@@ -283,15 +302,23 @@ class StatefulSetController(_Controller):
         highest = max((int(r.get("revision", 0)) for r in revisions), default=0)
         writes = 0
         update = next((r for r in revisions if _revision_template(r) == template), None)
+        collisions = int(status.get("collisionCount") or 0)
         if update is None:
-            revision_hash = template_hash(template, status.get("collisionCount"))
+            # A name taken by a revision of another template: count the collision and hash again
+            # (upstream's collisionCount), a bounded number of times.
+            for _ in range(10):
+                revision_hash = template_hash(template, collisions)
+                name = f"{meta['name']}-{revision_hash}"
+                if self.store.try_get(self._kinds.controllerrevision, meta["namespace"], name) is None:
+                    break
+                collisions += 1
             labels = dict((template.get("metadata") or {}).get("labels") or {})
             labels[REVISION_HASH_LABEL] = revision_hash
             patch_template = copy.deepcopy(template)
             patch_template["$patch"] = "replace"
-            body = {
+            body: Obj = {
                 "metadata": {
-                    "name": f"{meta['name']}-{revision_hash}",
+                    "name": name,
                     "namespace": meta["namespace"],
                     "labels": labels,
                     "ownerReferences": [podutil.owner_reference(sts)],
@@ -299,13 +326,12 @@ class StatefulSetController(_Controller):
                 "data": {"spec": {"template": patch_template}},
                 "revision": highest + 1,
             }
-            update = self._create(self._kinds.controllerrevision, body, meta["namespace"])
-            if update is None:  # a name collision with another template: upstream bumps collisionCount
-                update = copy.deepcopy(body)
-                update["metadata"]["uid"] = ""
-            else:
-                writes += 1
-                revisions.append(update)
+            created = self._create(self._kinds.controllerrevision, body, meta["namespace"])
+            if created is None:
+                return writes, None
+            update = created
+            writes += 1
+            revisions.append(update)
         elif int(update.get("revision", 0)) < highest:
             # Back to an older template: its revision becomes the newest.
             name = update["metadata"]["name"]
@@ -321,7 +347,7 @@ class StatefulSetController(_Controller):
         current_name = status.get("currentRevision")
         current = next((r for r in revisions if r["metadata"]["name"] == current_name), None) or update
         writes += self._truncate_history(sts, revisions, keep={current["metadata"]["name"], update["metadata"]["name"]})
-        return writes, current, update
+        return writes, _Revisions(current=current, update=update, collisions=collisions)
 
     def _truncate_history(self, sts: Obj, revisions: list[Obj], *, keep: set[str]) -> int:
         limit = int((sts.get("spec") or {}).get("revisionHistoryLimit", 10))
@@ -337,7 +363,16 @@ class StatefulSetController(_Controller):
 
     # -- status ------------------------------------------------------------------------------------------------
     def _update_status(
-        self, sts: Obj, previous: Obj, *, current_rev: Obj, update_rev: Obj, rolling: bool, min_ready: float, now: float
+        self,
+        sts: Obj,
+        previous: Obj,
+        *,
+        current_rev: Obj,
+        update_rev: Obj,
+        collisions: int,
+        rolling: bool,
+        min_ready: float,
+        now: float,
     ) -> int:
         current_name = current_rev["metadata"]["name"]
         update_name = update_rev["metadata"]["name"]
@@ -369,7 +404,7 @@ class StatefulSetController(_Controller):
             "replicas": counts["replicas"],
             "currentRevision": current_name,
             "updateRevision": update_name,
-            "collisionCount": int(previous.get("collisionCount") or 0),
+            "collisionCount": collisions,
             "availableReplicas": counts["availableReplicas"],
         }
         # omitempty int32 fields of StatefulSetStatus: readyReplicas, currentReplicas, updatedReplicas.
