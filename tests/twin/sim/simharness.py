@@ -92,14 +92,22 @@ def make_cluster(
     workloads: bool = False,
     cordoned: tuple[str, ...] = (),
     with_recorder: bool = False,
+    ca_pem: str = "",
+    distributed_training: bool = False,
 ) -> SimCluster:
     """A seeded cluster with the core controllers (not started); call inside the event loop."""
     clock = SimClock(time_scale=1.0, start=START)
     registry = Registry()
-    twin = Twin(registry=registry, store=Store(registry, clock), clock=clock)
+    twin = Twin(registry=registry, store=Store(registry, clock), clock=clock, ca_cert_pem=ca_pem.encode())
     install_api_machinery(twin)
     sim = SimState(clock=clock, profile=profile, started_at=clock.now())
-    spec = SeedSpec(nodes=nodes, profile=profile, workloads=workloads, cordoned=cordoned)
+    spec = SeedSpec(
+        nodes=nodes,
+        profile=profile,
+        workloads=workloads,
+        cordoned=cordoned,
+        distributed_training=distributed_training,
+    )
     seeded = seed_cluster(twin, sim, spec)
     kinds = Kinds.from_registry(registry)
     if with_recorder:

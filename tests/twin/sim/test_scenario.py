@@ -132,3 +132,26 @@ def test_populate_builds_the_cluster_from_options_and_scenario(tmp_path: Path) -
         assert podutil.is_node_ready(twin.store.get(kinds.node, None, "gpu-worker-001"))
 
     asyncio.run(check())
+
+
+def test_distributed_training_is_opt_in_by_scenario_key_or_option(tmp_path: Path) -> None:
+    path = tmp_path / "dist.yaml"
+    path.write_text("nodes: 4\nprofile: kubernetes\ndistributed_training: true\n")
+
+    async def check() -> None:
+        for options in (
+            {"nodes": 4, "profile": "kubernetes", "scenario": str(path)},
+            {"nodes": 4, "profile": "kubernetes", "distributed_training": True},
+            {"nodes": 4, "profile": "kubernetes"},
+        ):
+            twin = create_twin()
+            populate(twin, options)
+            kinds = Kinds.from_registry(twin.registry)
+            found = twin.store.try_get(kinds.statefulset, "ml-training", "dist-train")
+            wanted = options.get("distributed_training") or "scenario" in options
+            assert (found is not None) == bool(wanted), options
+            if found is not None:
+                assert twin.store.get(kinds.pdb, "ml-training", "dist-train")["spec"]["maxUnavailable"] == 1
+                assert twin.store.get(kinds.service, "ml-training", "dist-train")["spec"]["clusterIP"] == "None"
+
+    asyncio.run(check())

@@ -222,6 +222,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         "serviceaccounts",
         namespaced=True,
         short_names=("sa",),
+        # TokenRequest (``kubectl create token``): see ``serviceaccount_tokens``.
+        subresources=frozenset({"token"}),
         columns=(_col("Secrets", "integer", description="Number of secrets of the service account."), _AGE),
     ),
     _rt(
@@ -298,6 +300,21 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
             _col("Ready", "integer", description="The number of ready replicas."),
             _AGE,
             *_WORKLOAD_WIDE,
+        ),
+    ),
+    _rt(
+        "apps",
+        "StatefulSet",
+        "statefulsets",
+        namespaced=True,
+        short_names=("sts",),
+        categories=("all",),
+        subresources=frozenset({"status", "scale"}),
+        columns=(
+            _col("Ready", description="Number of the pod with ready state"),
+            _AGE,
+            _col("Containers", priority=1, description="Names of each container in the template."),
+            _col("Images", priority=1, description="Images referenced by each container in the template."),
         ),
     ),
     _rt(
@@ -760,6 +777,16 @@ def _replicaset_cells(obj: Obj, now: float) -> list[Any]:
     ]
 
 
+def _statefulset_cells(obj: Obj, now: float) -> list[Any]:
+    # printStatefulSet: READY is readyReplicas/spec.replicas; the wide columns have no selector.
+    status = _status(obj)
+    return [
+        f"{int(status.get('readyReplicas') or 0)}/{_spec(obj).get('replicas', 1)}",
+        age(_meta(obj).get("creationTimestamp"), now),
+        *_workload_wide(obj)[:2],
+    ]
+
+
 def _controllerrevision_cells(obj: Obj, now: float) -> list[Any]:
     controller = NONE
     for owner in _meta(obj).get("ownerReferences") or ():
@@ -837,6 +864,7 @@ BUILTIN_CELLS: Mapping[tuple[str, str], CellsFunction] = MappingProxyType(
         ("apps", "daemonsets"): _daemonset_cells,
         ("apps", "deployments"): _deployment_cells,
         ("apps", "replicasets"): _replicaset_cells,
+        ("apps", "statefulsets"): _statefulset_cells,
         ("apps", "controllerrevisions"): _controllerrevision_cells,
         ("batch", "jobs"): _job_cells,
         ("policy", "poddisruptionbudgets"): _pdb_cells,

@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=bmc_service.DEFAULT_MAX_BMCS,
         help="GPU nodes that get an iDRAC-like Redfish BMC, first by name (default %(default)s)",
     )
+    serve.add_argument(
+        "--distributed-training",
+        action="store_true",
+        dest="distributed_training",
+        help="also seed the StatefulSet ml-training/dist-train and its PDB (the scenario key distributed_training)",
+    )
     serve.add_argument("--log-level", default="INFO", dest="log_level")
     return parser
 
@@ -93,6 +99,7 @@ async def serve(options: argparse.Namespace) -> int:
         log.info("loaded %d CRDs from %s", len(names), options.crds)
     material = tls.generate_tls_material()
     tls_files = tls.write_tls_files(material, state_dir / "tls")
+    twin.ca_cert_pem = material.ca_cert_pem
     if options.bare:
         seed_bare_cluster(twin)
     else:
@@ -173,6 +180,7 @@ def _simulation_options(options: argparse.Namespace) -> dict[str, Any]:
         "scenario": None if options.scenario is None else str(options.scenario),
         "from_snapshot": None if options.from_snapshot is None else str(options.from_snapshot),
         "crds": None if options.crds is None else str(options.crds),
+        "distributed_training": options.distributed_training,
     }
 
 

@@ -73,6 +73,11 @@ class Twin:
     # Simulation state shared by the controllers (``sim.state.SimState``);
     # typed loosely so that the HTTP layer does not depend on the simulation.
     sim: Any = None
+    # The PEM of the CA that signed the API server's certificate (the CLI sets it):
+    # what the kube-root-ca.crt ConfigMap of every namespace holds.
+    ca_cert_pem: bytes = b""
+    # Issues and checks ServiceAccount tokens (TokenRequest); ``serviceaccount_tokens.TokenIssuer``.
+    service_account_tokens: Any = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def start_controllers(self) -> None:

@@ -67,6 +67,7 @@ SUBRESOURCES: Mapping[str, SubresourceInfo] = MappingProxyType(
         "log": SubresourceInfo("", "v1", "Pod", ("get",)),
         "binding": SubresourceInfo("", "v1", "Binding", ("create",)),
         "finalize": SubresourceInfo(None, None, None, ("update",)),
+        "token": SubresourceInfo("authentication.k8s.io", "v1", "TokenRequest", ("create",)),
     }
 )
 
@@ -107,6 +108,7 @@ PATCH_DIRECTIVES: Mapping[tuple[str, str], tuple[str, str]] = MappingProxyType(
         ("V1DeploymentStatus", "conditions"): ("type", "merge"),
         ("V1DaemonSetStatus", "conditions"): ("type", "merge"),
         ("V1ReplicaSetStatus", "conditions"): ("type", "merge"),
+        ("V1StatefulSetStatus", "conditions"): ("type", "merge"),
         ("V1JobStatus", "conditions"): ("type", "merge"),
         ("V1PodDisruptionBudgetSpec", "selector"): ("", "replace"),
         ("V1PodDisruptionBudgetStatus", "conditions"): ("type", "merge"),
@@ -1268,6 +1270,15 @@ _PROTO_MESSAGES: Mapping[str, Mapping[int, ProtoField]] = MappingProxyType(
         "SelfSubjectRulesReview": _fields((1, "metadata", "ObjectMeta"), (2, "spec", "SelfSubjectRulesReviewSpec")),
         "SelfSubjectRulesReviewSpec": _fields((1, "namespace", "string")),
         "SelfSubjectReview": _fields((1, "metadata", "ObjectMeta")),
+        "TokenRequest": _fields((1, "metadata", "ObjectMeta"), (2, "spec", "TokenRequestSpec")),
+        "TokenRequestSpec": _fields(
+            (1, "audiences", "string", True),
+            (3, "boundObjectRef", "BoundObjectReference"),
+            (4, "expirationSeconds", "int"),
+        ),
+        "BoundObjectReference": _fields(
+            (1, "kind", "string"), (2, "apiVersion", "string"), (3, "name", "string"), (4, "uid", "string")
+        ),
     }
 )
 
@@ -1283,6 +1294,7 @@ _PROTO_KINDS: Mapping[tuple[str, str], str] = MappingProxyType(
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "SelfSubjectAccessReview",
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): "SelfSubjectRulesReview",
         ("authentication.k8s.io/v1", "SelfSubjectReview"): "SelfSubjectReview",
+        ("authentication.k8s.io/v1", "TokenRequest"): "TokenRequest",
     }
 )
 

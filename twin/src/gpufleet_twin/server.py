@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import builtin_types, crd_schema, errors, openapi, patching, selectors
+from . import builtin_types, crd_schema, errors, openapi, patching, selectors, serviceaccount_tokens
 from .clock import SimClock
 from .cluster import RequestInfo, Twin
 from .disruption import compute_budget, is_pod_ready, pdb_status
@@ -69,6 +69,8 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 # Kinds whose names need only be valid path segments, not DNS subdomains.
 _NAMES_AS_PATH_SEGMENTS = frozenset({("", "events"), ("events.k8s.io", "events")})
 _CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
+# Who a request authenticated as (the admin token, or a ServiceAccount token).
+_USER = web.RequestKey("user", serviceaccount_tokens.UserInfo)
 # The status of the review kinds: the twin's single token is allowed everything, like system:masters.
 _REVIEW_ANSWERS: Mapping[tuple[str, str], Obj] = MappingProxyType(
     {
@@ -118,6 +120,9 @@ def install_api_machinery(twin: Twin) -> None:
     assert pods is not None
     store.set_delete_handler(pods, graceful_pod_deletion)
     store.add_listener(CustomResourceRegistrar(twin.registry, store))
+    twin.service_account_tokens = serviceaccount_tokens.TokenIssuer(
+        store=store, registry=twin.registry, clock=twin.clock
+    )
 
 
 def load_crd_manifests(directory: Path) -> list[Obj]:
@@ -209,8 +214,11 @@ def _default_builtin_fields(operation: str, rtype: ResourceType, obj: Obj, old: 
     """
     key = rtype.key
     if operation != "CREATE":
-        if key in (("apps", "deployments"), ("apps", "replicasets"), ("apps", "daemonsets")):
+        if key in (("apps", "deployments"), ("apps", "replicasets"), ("apps", "daemonsets"), _STATEFULSET_KEY):
             _default_pod_spec(((obj.get("spec") or {}).get("template") or {}).get("spec") or {})
+        if key == _STATEFULSET_KEY and old is not None:
+            _default_statefulset(obj)
+            _validate_statefulset_update(rtype, obj, old)
         return
     if key == ("", "namespaces"):
         # The NamespaceDefaultLabelName feature: every namespace is selectable by its name.
@@ -245,6 +253,10 @@ def _default_builtin_fields(operation: str, rtype: ResourceType, obj: Obj, old: 
             spec.setdefault(
                 "updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
             )
+    elif key == _STATEFULSET_KEY:
+        _validate_workload_selector(rtype, obj)
+        _default_pod_spec(obj.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {}))
+        _default_statefulset(obj)
     elif key == ("batch", "jobs"):
         _default_job(rtype, obj)
     elif key == ("", "secrets"):
@@ -259,6 +271,50 @@ def _default_builtin_fields(operation: str, rtype: ResourceType, obj: Obj, old: 
             port.setdefault("targetPort", port.get("port"))
     elif key == ("policy", "poddisruptionbudgets"):
         obj.setdefault("spec", {})
+
+
+_STATEFULSET_KEY = ("apps", "statefulsets")
+# The spec fields a StatefulSet update may change (ValidateStatefulSetUpdate).
+_STATEFULSET_MUTABLE = frozenset(
+    {"replicas", "ordinals", "template", "updateStrategy", "persistentVolumeClaimRetentionPolicy", "minReadySeconds"}
+)
+
+
+def _default_statefulset(sts: Obj) -> None:
+    """SetDefaults_StatefulSet (apps/v1), and the PersistentVolumeClaim defaults of its claim templates."""
+    spec = sts.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    spec.setdefault("revisionHistoryLimit", 10)
+    strategy = spec.setdefault("updateStrategy", {"type": "RollingUpdate"})
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        strategy.setdefault("rollingUpdate", {}).setdefault("partition", 0)
+    retention = spec.setdefault("persistentVolumeClaimRetentionPolicy", {})
+    retention.setdefault("whenDeleted", "Retain")
+    retention.setdefault("whenScaled", "Retain")
+    for claim in spec.get("volumeClaimTemplates") or ():
+        if not isinstance(claim, dict):
+            continue
+        claim.setdefault("apiVersion", "v1")
+        claim.setdefault("kind", "PersistentVolumeClaim")
+        claim.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+        claim.setdefault("status", {}).setdefault("phase", "Pending")
+
+
+def _validate_statefulset_update(rtype: ResourceType, sts: Obj, old: Obj) -> None:
+    spec, old_spec = sts.get("spec") or {}, old.get("spec") or {}
+    if any(spec.get(k) != old_spec.get(k) for k in set(spec) | set(old_spec) if k not in _STATEFULSET_MUTABLE):
+        message = (
+            "Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', "
+            "'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"
+        )
+        raise errors.invalid(
+            rtype.kind,
+            sts["metadata"].get("name", ""),
+            [{"reason": "FieldValueForbidden", "field": "spec", "message": message}],
+            rtype.group,
+        )
 
 
 def _validate_pod(rtype: ResourceType, pod: Obj) -> None:
@@ -748,8 +804,18 @@ class ApiServer:
     ) -> web.StreamResponse:
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.twin.token.encode()):
+        if scheme.lower() != "bearer":
             return _status_response(errors.unauthorized())
+        if hmac.compare_digest(token.strip().encode(), self.twin.token.encode()):
+            request[_USER] = serviceaccount_tokens.ADMIN
+            return await handler(request)
+        # A ServiceAccount token the twin issued (TokenRequest) authenticates as that account; what
+        # it may do is not checked (no RBAC in the twin: every authenticated request is allowed).
+        issuer = self.twin.service_account_tokens
+        user = issuer.authenticate(token.strip()) if issuer is not None else None
+        if user is None:
+            return _status_response(errors.unauthorized())
+        request[_USER] = user
         return await handler(request)
 
     async def _admin_healthz(self, request: web.Request) -> web.Response:
@@ -898,6 +964,10 @@ class ApiServer:
             return await self._bind(request, target)
         if sub == "scale":
             return await self._scale(request, info, target)
+        if sub == "token":
+            if verb != "create":
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+            return await self._token_request(request, target)
         if verb == "watch":
             return await self._watch(request, target)
         if verb == "list":
@@ -1310,6 +1380,9 @@ class ApiServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         body = self._check_body_kind(rtype, await self._read_body(request))
         review = _REVIEW_ANSWERS.get(rtype.key)
+        user = request.get(_USER)
+        if rtype.key == ("authentication.k8s.io", "selfsubjectreviews") and user is not None:
+            review = {"userInfo": user.to_json()}
         if review is not None:
             answered = {**body, "apiVersion": rtype.api_version, "kind": rtype.kind, "status": review}
             answered.setdefault("metadata", {})
@@ -1805,6 +1878,22 @@ class ApiServer:
         return _json_response(
             {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, status=201
         )
+
+    async def _token_request(self, request: web.Request, target: ResourceRequest) -> web.Response:
+        """authentication.k8s.io/v1 TokenRequest for a ServiceAccount (``kubectl create token``)."""
+        body = self._check_body_kind(
+            target.rtype,
+            await self._read_body(request),
+            expected_kind="TokenRequest",
+            expected_api_version="authentication.k8s.io/v1",
+        )
+        issuer = self.twin.service_account_tokens
+        if issuer is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        answer = issuer.token_request(namespace=target.namespace or "", name=target.name or "", body=body)
+        if self._dry_run(request):
+            answer["status"] = {"token": "", "expirationTimestamp": answer["status"]["expirationTimestamp"]}
+        return _json_response(answer, status=201)
 
     async def _scale(self, request: web.Request, info: RequestInfo, target: ResourceRequest) -> web.Response:
         """autoscaling/v1 Scale of a Deployment or ReplicaSet (spec.replicas)."""

@@ -13,6 +13,7 @@ run the controllers in-process against a store.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +29,19 @@ from .kubelet import Kubelet, KubeletTimings, annotation_behaviour
 from .logs import PodLogReader
 from .nodelifecycle import LifecycleTimings, NodeLifecycleController
 from .recorder import Recorder
+from .rootca import RootCACertPublisher
 from .scenario import Scenario, load_scenario
 from .scheduler import Scheduler
 from .seed import SeedSpec, namespace_object, seed_cluster
+from .serviceaccounts import (
+    ServiceAccountAdmission,
+    ServiceAccountsController,
+    ensure_referenced_service_accounts,
+)
 from .snapshot import load_snapshot
 from .state import SimState
+from .statefulset import StatefulSetController
+from .tainteviction import TaintEvictionController
 from .validation import install as install_validation_pods
 from .workloads import (
     DaemonSetController,
@@ -61,23 +70,31 @@ class CoreSim:
     kubelet: Kubelet
     scheduler: Scheduler
     lifecycle: NodeLifecycleController
+    taint_eviction: TaintEvictionController
+    serviceaccounts: ServiceAccountsController
+    root_ca: RootCACertPublisher
     daemonsets: DaemonSetController
     replicasets: ReplicaSetController
     deployments: DeploymentController
     jobs: JobController
+    statefulsets: StatefulSetController
     pdbs: PdbStatusController
     garbage_collector: GarbageCollector
     extra: list[Controller] = field(default_factory=list)
 
     def controllers(self) -> list[Controller]:
         return [
+            self.serviceaccounts,
+            self.root_ca,
             self.scheduler,
             self.kubelet,
             self.lifecycle,
+            self.taint_eviction,
             self.daemonsets,
             self.replicasets,
             self.deployments,
             self.jobs,
+            self.statefulsets,
             self.pdbs,
             self.garbage_collector,
             *self.extra,
@@ -107,14 +124,21 @@ def install_core(
         kubelet=Kubelet(sim=sim, kinds=kinds, index=index, events=events, timings=kubelet_timings),
         scheduler=Scheduler(kinds=kinds, index=index, events=events, pod_events=sim.pod_events),
         lifecycle=NodeLifecycleController(sim=sim, kinds=kinds, index=index, events=events, timings=lifecycle_timings),
+        taint_eviction=TaintEvictionController(sim=sim, kinds=kinds, index=index, events=events),
+        serviceaccounts=ServiceAccountsController(kinds=kinds),
+        root_ca=RootCACertPublisher(kinds=kinds, ca_pem=twin.ca_cert_pem.decode()),
         daemonsets=DaemonSetController(kinds=kinds, index=index, events=events),
         replicasets=ReplicaSetController(kinds=kinds, index=index, events=events),
         deployments=DeploymentController(kinds=kinds, index=index, events=events),
         jobs=JobController(kinds=kinds, index=index, events=events),
+        statefulsets=StatefulSetController(kinds=kinds, index=index, events=events),
         pdbs=PdbStatusController(kinds=kinds, index=index, events=events),
         garbage_collector=GarbageCollector(kinds=kinds, index=index),
     )
     twin.controllers.extend(core.controllers())
+    # The ServiceAccount admission plugin refuses pods whose ServiceAccount does not exist; with
+    # the controller that makes every namespace's ``default`` (an API-only twin has neither).
+    twin.store.add_admission(ServiceAccountAdmission(store=twin.store, kinds=kinds))
     return core
 
 
@@ -123,7 +147,8 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
 
     Options: ``nodes`` (int), ``profile`` ("openshift" | "kubernetes"),
     ``scenario`` (path or None), ``from_snapshot`` (directory or None),
-    ``crds`` (already loaded by the CLI; ignored here).  Values a scenario
+    ``crds`` (already loaded by the CLI; ignored here), ``distributed_training``
+    (bool: seed the StatefulSet training job too).  Values a scenario
     file sets win over ``nodes``/``profile`` (the CLI cannot tell a default
     from a value typed on the command line).
     """
@@ -132,6 +157,8 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     profile = scenario.profile or options.get("profile") or "kubernetes"
     nodes = scenario.nodes if scenario.nodes is not None else int(options.get("nodes") or 0)
     spec = scenario.seed_spec(nodes=nodes, profile=profile)
+    if options.get("distributed_training"):
+        spec = dataclasses.replace(spec, distributed_training=True)
     sim = SimState(clock=twin.clock, profile=profile, started_at=twin.clock.now())
     sim.pod_events = nodes <= POD_EVENTS_MAX_NODES
     for version, kernels in scenario.driver_builds.items():
@@ -148,6 +175,7 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
         for namespace in SeedSpec(nodes=0, profile=profile, workloads=False).namespaces():
             if twin.store.try_get(kinds.namespace, None, namespace) is None:
                 twin.store.create(kinds.namespace, namespace_object(namespace, profile=profile))
+        ensure_referenced_service_accounts(twin.store, kinds)
     else:
         seeded = seed_cluster(twin, sim, spec)
         seeded_nodes = seeded.worker_names

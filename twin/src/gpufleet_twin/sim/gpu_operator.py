@@ -74,6 +74,7 @@ from . import upgrade_model as um
 from .admin import protected
 from .index import ClusterIndex
 from .kinds import Kinds
+from .serviceaccounts import ensure_service_account
 from .state import NodeHealth, PodPlan, SimState
 from .wake import Waker
 
@@ -87,6 +88,7 @@ Obj = dict[str, Any]
 OPERATOR_COMPONENT = "nvidia-gpu-operator"  # mgr.GetEventRecorderFor in cmd/gpu-operator/main.go
 CLUSTER_POLICY_NAME = "gpu-cluster-policy"
 OPERATOR_DEPLOYMENT = "gpu-operator"
+OPERATOR_SERVICE_ACCOUNT = "gpu-operator"
 NAMESPACE_BY_PROFILE = {"openshift": "nvidia-gpu-operator", "kubernetes": "gpu-operator"}
 
 # Labels and annotations of the operator (controllers/state_manager.go, object_controls.go).
@@ -387,7 +389,7 @@ def operator_deployment(*, namespace: str, release: GpuOperatorRelease) -> Obj:
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
-                    "serviceAccountName": "gpu-operator",
+                    "serviceAccountName": OPERATOR_SERVICE_ACCOUNT,
                     "priorityClassName": "system-node-critical",
                     "tolerations": [
                         {
@@ -1155,6 +1157,8 @@ class GpuOperator:
         if self.store.try_get(namespace_type, None, self.namespace) is None:
             labels = {"openshift.io/cluster-monitoring": "true"} if self.profile == "openshift" else {}
             self.store.create(namespace_type, {"metadata": {"name": self.namespace, "labels": labels}})
+        # The operator's install (Helm chart or OLM bundle) brings its ServiceAccount.
+        ensure_service_account(self.store, self.kinds, self.namespace, OPERATOR_SERVICE_ACCOUNT)
         if self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT) is None:
             self.store.create(
                 self.kinds.deployment, operator_deployment(namespace=self.namespace, release=self.release)
@@ -1310,6 +1314,10 @@ class GpuOperator:
     def _apply_daemonsets(self, desired: list[Obj], *, keep: set[str], prune: bool = True) -> None:
         wanted = {ds["metadata"]["name"]: ds for ds in desired}
         for name, daemonset in wanted.items():
+            # The operator creates each operand's ServiceAccount with its DaemonSet (its state manifests).
+            account = ((daemonset["spec"].get("template") or {}).get("spec") or {}).get("serviceAccountName")
+            if account:
+                ensure_service_account(self.store, self.kinds, self.namespace, account)
             current = self.store.try_get(self.kinds.daemonset, self.namespace, name)
             if current is None:
                 self.store.create(self.kinds.daemonset, daemonset)

@@ -14,12 +14,15 @@ class Kinds:
     pod: ResourceType
     event: ResourceType
     configmap: ResourceType
+    serviceaccount: ResourceType
+    service: ResourceType
     daemonset: ResourceType
     deployment: ResourceType
     replicaset: ResourceType
     controllerrevision: ResourceType
     job: ResourceType
     pdb: ResourceType
+    statefulset: ResourceType
 
     @classmethod
     def from_registry(cls, registry: Registry) -> Kinds:
@@ -35,10 +38,13 @@ class Kinds:
             pod=find("", "pods"),
             event=find("", "events"),
             configmap=find("", "configmaps"),
+            serviceaccount=find("", "serviceaccounts"),
+            service=find("", "services"),
             daemonset=find("apps", "daemonsets"),
             deployment=find("apps", "deployments"),
             replicaset=find("apps", "replicasets"),
             controllerrevision=find("apps", "controllerrevisions"),
             job=find("batch", "jobs"),
             pdb=find("policy", "poddisruptionbudgets"),
+            statefulset=find("apps", "statefulsets"),
         )

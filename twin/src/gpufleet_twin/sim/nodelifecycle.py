@@ -1,4 +1,4 @@
-"""The control plane's side of node health: the node lifecycle and taint-eviction controllers.
+"""The control plane's side of node health: the node lifecycle controller.
 
 - A node whose kubelet stopped (machine rebooting or dead) has its
   conditions set to ``Unknown`` ("Kubelet stopped posting node status.")
@@ -13,13 +13,12 @@ Only nodes with a ``NodeHealth`` are managed (see the kubelet).
   for Ready=Unknown, each with NoSchedule and NoExecute.
 - While a node is not Ready its pods' Ready condition is set to False
   (``MarkPodsNotReady``).
-- Pods that do not tolerate a NoExecute taint are deleted once their
-  ``tolerationSeconds`` ran out.  Pods without a not-ready/unreachable
-  toleration count as tolerating them for 300 s, which is what the
-  DefaultTolerationSeconds admission plugin adds to every pod.  Deleting a
-  pod on an unreachable node leaves it Terminating until the node returns
-  (its kubelet finishes the deletion), as in a real cluster; its controller
-  replaces it elsewhere meanwhile.
+
+Evicting the pods of a NoExecute-tainted node is the taint-eviction
+controller's (``sim/tainteviction.py``), for these taints as for any other.
+Deleting a pod on an unreachable node leaves it Terminating until the node
+returns (its kubelet finishes the deletion), as in a real cluster; its
+controller replaces it elsewhere meanwhile.
 """
 
 from __future__ import annotations
@@ -43,15 +42,12 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 NODE_CONTROLLER = "node-controller"
-TAINT_EVICTION_CONTROLLER = "taint-eviction-controller"
 MANAGED_TAINT_KEYS = frozenset({podutil.UNSCHEDULABLE_TAINT, podutil.NOT_READY_TAINT, podutil.UNREACHABLE_TAINT})
-DEFAULT_TOLERATION_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
 class LifecycleTimings:
     node_monitor_grace: float = 40.0
-    default_toleration_seconds: float = DEFAULT_TOLERATION_SECONDS
 
 
 class NodeLifecycleController:
@@ -74,8 +70,6 @@ class NodeLifecycleController:
         self._dirty: set[str] = set()
         self._due = DueTimes()
         self._down_since: dict[str, float] = {}
-        self._taint_added: dict[tuple[str, str], float] = {}
-        self._evicted: set[str] = set()  # pod uids already deleted by taint eviction
         self._own_write = False
         self._pace = Pacer()
         self._store: Store | None = None
@@ -148,9 +142,8 @@ class NodeLifecycleController:
         else:
             self._down_since.pop(name, None)
         node = self._sync_taints(node, now)
-        ready = _ready_status(node)
-        if ready != "True":
-            self._handle_pods_of_unready_node(node, ready, now)
+        if _ready_status(node) != "True":
+            self._mark_pods_not_ready(node, now)
 
     def _mark_unknown(self, node: Obj, now: float) -> Obj:
         stamp = self._iso(now)
@@ -189,12 +182,6 @@ class NodeLifecycleController:
         current = [
             (t.get("key"), t.get("effect")) for t in podutil.node_taints(node) if t.get("key") in MANAGED_TAINT_KEYS
         ]
-        no_execute = {key for key, effect in wanted if effect == "NoExecute"}
-        for added in list(self._taint_added):
-            if added[0] == name and added[1] not in no_execute:
-                del self._taint_added[added]
-        for taint_key in no_execute:
-            self._taint_added.setdefault((name, taint_key), now)
         if sorted(current) == sorted(wanted):
             return node
         stamp = self._iso(now)
@@ -216,27 +203,11 @@ class NodeLifecycleController:
         updated = self._write(lambda: self._require_store().mutate(self._kinds.node, None, name, retaint))
         return updated or node
 
-    def _handle_pods_of_unready_node(self, node: Obj, ready: str | None, now: float) -> None:
-        name = node["metadata"]["name"]
-        taint_key = podutil.NOT_READY_TAINT if ready == "False" else podutil.UNREACHABLE_TAINT
-        since = self._taint_added.get((name, taint_key), now)
-        taint = {"key": taint_key, "effect": "NoExecute"}
+    def _mark_pods_not_ready(self, node: Obj, now: float) -> None:
         stamp = self._iso(now)
-        for pod in self._index.pods_on(name):
-            if podutil.is_terminal(pod):
-                continue
-            if podutil.is_pod_ready(pod):
+        for pod in self._index.pods_on(node["metadata"]["name"]):
+            if not podutil.is_terminal(pod) and podutil.is_pod_ready(pod):
                 self._mark_pod_not_ready(pod, stamp)
-            if podutil.is_terminating(pod) or pod["metadata"].get("uid") in self._evicted:
-                continue
-            seconds = _toleration_seconds(pod, taint, self._timings.default_toleration_seconds)
-            if seconds is None:
-                continue  # tolerates forever (DaemonSet pods)
-            deadline = since + seconds
-            if now >= deadline:
-                self._evict(pod, name, taint_key)
-            else:
-                self._due.schedule_earliest(name, deadline)
 
     def _mark_pod_not_ready(self, pod: Obj, stamp: str) -> None:
         meta = pod["metadata"]
@@ -252,20 +223,6 @@ class NodeLifecycleController:
                 self._kinds.pod, meta.get("namespace"), meta["name"], not_ready, subresource="status"
             )
         )
-
-    def _evict(self, pod: Obj, node_name: str, taint_key: str) -> None:
-        meta = pod["metadata"]
-        self._evicted.add(meta.get("uid", ""))
-        self._write(lambda: self._require_store().delete(self._kinds.pod, meta.get("namespace"), meta["name"]))
-        self._events.record(
-            pod,
-            reason="TaintManagerEviction",
-            message=f"Marking for deletion Pod {meta.get('namespace')}/{meta['name']}",
-            component=TAINT_EVICTION_CONTROLLER,
-        )
-        if self._sim.recorder is not None and podutil.phase_of(pod) == "Running":
-            why = "evicted: node unreachable" if taint_key == podutil.UNREACHABLE_TAINT else "evicted: node not ready"
-            self._sim.recorder.record_disruption(pod, node=node_name, why=why)
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _write(self, action: Any) -> Obj | None:
@@ -296,18 +253,3 @@ class NodeLifecycleController:
 def _ready_status(node: Obj) -> str | None:
     cond = podutil.condition(node, "Ready")
     return None if cond is None else cond.get("status")
-
-
-def _toleration_seconds(pod: Obj, taint: Obj, default: float) -> float | None:
-    """Seconds the pod tolerates a NoExecute taint: 0 = evict now, None = forever."""
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    matching = [t for t in tolerations if podutil.tolerates(t, taint)]
-    if not matching:
-        has_default_tolerations = any(
-            t.get("key") in (podutil.NOT_READY_TAINT, podutil.UNREACHABLE_TAINT) for t in tolerations
-        )
-        return 0.0 if has_default_tolerations else default
-    seconds = [t.get("tolerationSeconds") for t in matching]
-    if any(s is None for s in seconds):
-        return None
-    return float(max(0, min(int(s) for s in seconds if s is not None)))

@@ -16,6 +16,7 @@ dcgm_version: 3.3.8            # 3.x or 4.x diag table format
 mofed_version: 24.07-0.6.1.0
 ib_ports: 8
 workloads: true                # seed training Deployments, PDBs, Jobs
+distributed_training: true     # also the StatefulSet ml-training/dist-train and its PDB
 cordoned: [gpu-worker-003]     # cordoned before the upgrade began
 driver_builds:                 # versions that build only for these kernels
   "565.57.01": [5.14.0-427.40.1.el9_4.x86_64]
@@ -59,6 +60,7 @@ _TOP_LEVEL = {
     "ib_ports",
     "ib_firmware",
     "workloads",
+    "distributed_training",
     "cordoned",
     "driver_builds",
     "faults",
@@ -84,6 +86,7 @@ class Scenario:
     ib_ports: int | None = None
     ib_firmware: str | None = None
     workloads: bool = True
+    distributed_training: bool = False
     cordoned: list[str] = field(default_factory=list)
     driver_builds: dict[str, list[str]] = field(default_factory=dict)
     faults: list[Obj] = field(default_factory=list)
@@ -94,6 +97,7 @@ class Scenario:
             "nodes": nodes,
             "profile": profile,
             "workloads": self.workloads,
+            "distributed_training": self.distributed_training,
             "cordoned": tuple(self.cordoned),
         }
         optional = {
@@ -156,6 +160,7 @@ def parse_scenario(data: Any, *, source: str = "scenario") -> Scenario:
         ib_ports=data.get("ib_ports"),
         ib_firmware=_text(data.get("ib_firmware")),
         workloads=bool(data.get("workloads", True)),
+        distributed_training=bool(data.get("distributed_training", False)),
         cordoned=[str(n) for n in cordoned],
         driver_builds={str(k): [str(x) for x in v] for k, v in builds.items()},
         faults=[dict(f) for f in faults],

@@ -22,7 +22,12 @@ first ``min(N, 256)`` workers carry workloads:
 - ``ml-batch``: Jobs ``batch-eval-<k>`` (one per 8 such workers, at most 32),
   2 pods x 1 GPU, completing after an hour of simulated time;
 - ``ml-inference``: one Deployment ``llm-inference`` (2 x 2 GPUs) with a
-  PDB ``minAvailable: 1``.
+  PDB ``minAvailable: 1``;
+- with ``distributed_training`` (opt-in: the scenario key, or ``serve
+  --distributed-training``): a StatefulSet ``ml-training/dist-train``
+  (``Parallel``, up to 4 ranks x 4 GPUs, a ``checkpoints`` claim template
+  kept as data, the headless Service ``dist-train``) with a PDB
+  ``maxUnavailable: 1``.
 
 The pods themselves are created by the simulated controllers once the twin
 runs, as in a real cluster.
@@ -117,6 +122,8 @@ class SeedSpec:
     ib_ports: int = 8
     ib_firmware: str = "28.39.1002"
     workloads: bool = True
+    # Also the StatefulSet-based distributed training job (opt-in: the existing seeded set stays as it was).
+    distributed_training: bool = False
     cordoned: tuple[str, ...] = ()
     zones: int = 3
 
@@ -451,7 +458,65 @@ def workload_objects(spec: SeedSpec) -> list[tuple[str, Obj]]:
         )
     )
     objects.append(("pdb", _pdb("llm-inference", "ml-inference", min_available=1)))
+    if spec.distributed_training:
+        ranks = min(4, bearing)
+        objects.append(("service", _headless_service("dist-train", "ml-training")))
+        objects.append(("statefulset", _statefulset("dist-train", "ml-training", replicas=ranks, gpus=gpus_per_pod)))
+        objects.append(("pdb", _pdb("dist-train", "ml-training", max_unavailable=1)))
     return objects
+
+
+def _headless_service(name: str, namespace: str) -> Obj:
+    # The governing Service of a StatefulSet: pods resolve each other as <pod>.<service>.
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+        "spec": {"clusterIP": "None", "selector": {"app": name}, "ports": [{"name": "rdzv", "port": 29500}]},
+    }
+
+
+def _statefulset(name: str, namespace: str, *, replicas: int, gpus: int) -> Obj:
+    labels = {"app": name, "team": "llm"}
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            # Ranks start together, as torchrun's rendezvous expects.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "nvcr.io/nvidia/pytorch:24.09-py3",
+                            "command": ["torchrun"],
+                            "args": [
+                                f"--nnodes={replicas}",
+                                f"--nproc-per-node={gpus}",
+                                f"--rdzv-endpoint={name}-0.{name}:29500",
+                                "train.py",
+                            ],
+                            "resources": {
+                                "limits": {"nvidia.com/gpu": str(gpus)},
+                                "requests": {"cpu": "8", "memory": "64Gi"},
+                            },
+                            "volumeMounts": [{"name": "checkpoints", "mountPath": "/checkpoints"}],
+                        }
+                    ],
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                },
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "checkpoints"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "100Gi"}}},
+                }
+            ],
+        },
+    }
 
 
 def _deployment(

@@ -50,6 +50,7 @@ from ..store import Store, WatchEvent
 from . import network_operator as netop
 from . import podutil
 from .kinds import Kinds
+from .serviceaccounts import ensure_service_account
 from .state import NodeHealth, PodPlan, SimState
 from .wake import Waker
 
@@ -449,6 +450,9 @@ class SriovOperator:
         images = SriovImages.for_profile(
             self.sim.profile, network_operator_version=self.network_operator_version() or "24.7.0"
         )
+        # The operator's install brings the ServiceAccounts its Deployment and config daemon run as.
+        for account in (OPERATOR_DEPLOYMENT, CONFIG_DAEMON):
+            ensure_service_account(self.store, self.kinds, self.namespace, account)
         if self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT) is None:
             self.store.create(self.kinds.deployment, operator_deployment(namespace=self.namespace, images=images))
         config = self.store.try_get(self.config_type, self.namespace, CONFIG_NAME)

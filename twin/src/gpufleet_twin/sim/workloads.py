@@ -111,6 +111,8 @@ class _Controller:
         self._store: Store | None = None
         self._clock: SimClock | None = None
         self._waker: Waker | None = None
+        self._create_failures: dict[ObjKey, int] = {}
+        self._create_errors: dict[ObjKey, str] = {}  # the last refusal of a pod create, per owner
 
     # What this controller owns, and which kinds wake it.
     def _primary(self) -> ResourceType:
@@ -189,6 +191,27 @@ class _Controller:
 
     def _create(self, rtype: ResourceType, obj: Obj, namespace: str) -> Obj | None:
         return self._write(lambda: self.store.create(rtype, obj, namespace=namespace))
+
+    def _create_pod(self, owner: Obj, pod: Obj, now: float) -> Obj | None:
+        """Create a pod for ``owner``; a refusal (a missing ServiceAccount...) is a ``FailedCreate`` Warning
+        Event on the owner and a retry later, growing from 1 s to 5 min (RealPodControl and the work queue's
+        rate limiter)."""
+        key = podutil.key_of(owner)
+        try:
+            self._own_write = True
+            created = self.store.create(self._kinds.pod, pod, namespace=owner["metadata"]["namespace"])
+        except errors.ApiError as problem:
+            self._event(owner, "FailedCreate", f"Error creating: {problem.message}", event_type="Warning")
+            self._create_errors[key] = problem.message
+            failures = self._create_failures.get(key, 0) + 1
+            self._create_failures[key] = failures
+            self._due.schedule_earliest(key, now + min(2.0 ** (failures - 1), 300.0))
+            return None
+        finally:
+            self._own_write = False
+        self._create_failures.pop(key, None)
+        self._create_errors.pop(key, None)
+        return created
 
     def _delete(self, rtype: ResourceType, obj: Obj) -> Obj | None:
         meta = obj["metadata"]
@@ -389,7 +412,7 @@ class DaemonSetController(_Controller):
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]
         }
         spec["tolerations"] = daemon_pod_tolerations(spec)
-        return self._create(self._kinds.pod, pod, ds["metadata"]["namespace"])
+        return self._create_pod(ds, pod, self.clock.now())
 
     def _ensure_revision(self, ds: Obj, template: Obj, revision_hash: str) -> tuple[int, str]:
         """Make sure a ControllerRevision holds the current template; returns (writes, its hash)."""
@@ -573,11 +596,12 @@ class ReplicaSetController(_Controller):
             template = spec.get("template") or {}
             for _ in range(wanted - len(active)):
                 pod = self._pod_from_template(rs, template, generate_name=f"{rs['metadata']['name']}-", extra_labels={})
-                created = self._create(self._kinds.pod, pod, rs["metadata"]["namespace"])
-                if created is not None:
-                    writes += 1
-                    active.append(created)
-                    self._event(rs, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
+                created = self._create_pod(rs, pod, now)
+                if created is None:
+                    break
+                writes += 1
+                active.append(created)
+                self._event(rs, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
         elif len(active) > wanted:
             for pod in sorted(active, key=_deletion_rank)[: len(active) - wanted]:
                 if self._delete(self._kinds.pod, pod) is not None:
@@ -598,6 +622,24 @@ class ReplicaSetController(_Controller):
             status["availableReplicas"] = available
         if min_ready > 0 and ready > available:
             self._due.schedule(key, now + min_ready)
+        # ReplicaFailure while pods cannot be created (the ReplicaSet controller's
+        # manageReplicas error), kept with its transition time, dropped once they can.
+        previous = next(
+            (c for c in (rs.get("status") or {}).get("conditions") or () if c.get("type") == "ReplicaFailure"), None
+        )
+        refusal = self._create_errors.get(key)
+        if refusal is not None and len(active) < wanted:
+            status["conditions"] = [
+                {
+                    "type": "ReplicaFailure",
+                    "status": "True",
+                    "lastTransitionTime": previous["lastTransitionTime"] if previous else self.clock.iso(now),
+                    "reason": "FailedCreate",
+                    "message": refusal,
+                }
+            ]
+        else:
+            self._create_errors.pop(key, None)
         return writes + self._set_status(self._kinds.replicaset, rs, status)
 
 
@@ -903,6 +945,27 @@ class DeploymentController(_Controller):
                 stamp=stamp,
             ),
         ]
+        failure = next(
+            (
+                c
+                for rs in owned
+                for c in (rs.get("status") or {}).get("conditions") or ()
+                if c.get("type") == "ReplicaFailure" and c.get("status") == "True"
+            ),
+            None,
+        )
+        if failure is not None:
+            # getReplicaFailures: the Deployment shows why its ReplicaSet cannot make pods.
+            conditions.append(
+                _deployment_condition(
+                    previous.get("ReplicaFailure"),
+                    kind="ReplicaFailure",
+                    value=True,
+                    reason=failure.get("reason", "FailedCreate"),
+                    message=failure.get("message", ""),
+                    stamp=stamp,
+                )
+            )
         status["conditions"] = conditions
         return self._set_status(self._kinds.deployment, deployment, status)
 
@@ -1086,7 +1149,7 @@ class JobController(_Controller):
         pod = self._pod_from_template(
             job, (job.get("spec") or {}).get("template") or {}, generate_name=f"{meta['name']}-", extra_labels=labels
         )
-        created = self._create(self._kinds.pod, pod, meta["namespace"])
+        created = self._create_pod(job, pod, self.clock.now())
         if created is None:
             return 0
         self._event(job, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
