@@ -66,8 +66,8 @@ class ControllerProcess:
     def find(cls, pid: int, *, proc: str = "/proc") -> Optional["ControllerProcess"]:
         """The topmost process of the nearest ansible program above ``pid`` (its task workers are forks of it).
 
-        None when no ansible process is above (a module run by hand, or on a
-        remote host where sshd ends the session when the controller goes).
+        None when no ansible process is above (a module run by hand, or over a
+        remote connection: this collection's modules run on the controller).
         """
         chain: List[tuple] = []  # (pid, argv, start ticks) from pid upwards
         current = pid
