@@ -248,6 +248,14 @@ def test_a_concurrent_second_run_is_refused_naming_the_holder(twin_at, workspace
         assert f"Another run holds the Lease: {holder}, for " in second.output, second.output[-3000:]
         assert "renewed" in second.output and "expires in" in second.output
         assert first.poll() is None, "the first run goes on"
+        # The rollout module renews the Lease while it waits (every third of its 300 s on the twin's clock).
+        wait_for(lambda: module_processes(first.pid), timeout=120, what="the first run's rollout module")
+        renewed = lease(twin)["renewTime"]
+        wait_for(
+            lambda: lease(twin)["renewTime"] != renewed and module_processes(first.pid),
+            timeout=120,
+            what="the rollout module to renew the Lease",
+        )
         assert first.wait(timeout=600) == 0
     assert lease(twin)["holderIdentity"] == ""
     ledger = json.loads((workspace / "reports" / "upgrade-ledger.json").read_text())["entries"]

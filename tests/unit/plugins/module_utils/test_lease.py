@@ -4,9 +4,11 @@ import datetime
 
 import pytest
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, LeaseHeldError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import (
+    LeaseKeeper,
     LeaseSettings,
+    StageLease,
     decide,
     format_micro_time,
     is_expired,
@@ -120,3 +122,65 @@ def test_settings_from_the_environment():
         LeaseSettings.from_environment({"GPUFLEET_UPGRADE_LEASE": "{}"})
     with pytest.raises(InvalidInputError, match="at least 1 second"):
         LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=0)
+
+
+# -- the keeper, on a fake API (renewal pacing and a lost lease) ------------------------------------------------
+
+
+class FakeApi:
+    """Stores one Lease; counts writes; its clock is set by the test."""
+
+    def __init__(self, stored=None):
+        self.stored = stored
+        self.now = T0
+        self.writes = 0
+        self.requests_sent = 0
+
+    def server_time(self):
+        return self.now
+
+    def get(self, ref, name, *, namespace=None):
+        return self.stored
+
+    def create(self, ref, body, *, namespace=None):
+        self.writes += 1
+        self.stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.writes)}}
+        return self.stored
+
+    def replace(self, ref, body):
+        self.writes += 1
+        self.stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.writes)}}
+        return self.stored
+
+
+def test_the_keeper_renews_every_third_of_the_duration_and_stops_when_the_lease_is_lost():
+    api = FakeApi()
+    settings = LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300)
+    lease = StageLease(api, settings)
+    decision, changed = lease.acquire()
+    assert (decision.action, changed, api.writes) == ("create", True, 1)
+    keeper = LeaseKeeper(lease)
+    keeper.ensure_held(api)
+    assert api.writes == 2, "checked and renewed before the module's first request"
+    for seconds in (50, 99):
+        keeper.observe(at(seconds))
+    assert api.writes == 2
+    keeper.observe(at(100))
+    assert api.writes == 3 and api.stored["spec"]["renewTime"] == format_micro_time(at(100))
+    api.stored["spec"]["holderIdentity"] = OTHER  # another run took it over
+    with pytest.raises(LeaseHeldError, match="lost the stage Lease"):
+        keeper.observe(at(250))
+
+
+def test_a_refused_acquire_and_check_mode_write_nothing():
+    api = FakeApi(
+        {"metadata": {"resourceVersion": "9"}, "spec": {"holderIdentity": OTHER, "leaseDurationSeconds": 300,
+                                                        "renewTime": format_micro_time(T0)}}
+    )  # fmt: skip
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    with pytest.raises(LeaseHeldError, match=f"Refused before any change: Another run holds the Lease: {OTHER}"):
+        lease.acquire(check_mode=True)
+    api.now = at(301)
+    decision, changed = lease.acquire(check_mode=True)
+    assert decision.action == "take" and changed and api.writes == 0
+    assert lease.release() is False, "a Lease held by another run is left alone"
