@@ -45,6 +45,14 @@ class WaitTimeoutError(GpuFleetError):
     """A bounded wait ended before its condition held."""
 
 
+class RunCancelledError(GpuFleetError):
+    """The ansible-playbook (or ansible) process that started this module is gone: stop, write nothing more."""
+
+
+class LeaseHeldError(GpuFleetError):
+    """Another run holds the stage's Lease (or took it over from this one)."""
+
+
 class RolloutHaltedError(GpuFleetError):
     """A rollout stopped at a failed node; the cluster was left as it is for a person to read."""
 

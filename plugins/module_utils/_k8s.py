@@ -27,6 +27,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     KubeApiError,
     KubeUnreachableError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import LeaseKeeper, LeaseSettings, StageLease
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import THIS_CONTROLLER
 
 try:
     from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
@@ -94,6 +96,7 @@ MACHINE_CONFIG_POOLS = ResourceRef(
 CLUSTER_VERSIONS = ResourceRef("config.openshift.io/v1", "clusterversions", "ClusterVersion", False)
 CSVS = ResourceRef("operators.coreos.com/v1alpha1", "clusterserviceversions", "ClusterServiceVersion", True)
 IMAGE_STREAMS = ResourceRef("image.openshift.io/v1", "imagestreams", "ImageStream", True)
+LEASES = ResourceRef("coordination.k8s.io/v1", "leases", "Lease", True)
 
 PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
@@ -156,10 +159,19 @@ class KubeApi:
         self._timeout = request_timeout
         self._pause = pause
         self.requests_sent = 0
+        # The ansible process that started this module: no request leaves once it is gone (see _wait).
+        self.controller = THIS_CONTROLLER
+        # Renews the stage's Lease from the server's clock in the responses (see _lease), when a stage holds one.
+        self.lease_keeper: Optional[LeaseKeeper] = None
 
     @classmethod
-    def from_params(cls, params: Dict[str, Any], **kwargs: Any) -> "KubeApi":
-        """Build from module params holding kubernetes.core's connection options."""
+    def from_params(cls, params: Dict[str, Any], *, keep_stage_lease: bool = True, **kwargs: Any) -> "KubeApi":
+        """Build from module params holding kubernetes.core's connection options.
+
+        With ``keep_stage_lease``, the stage Lease roles/upgrade hands over in
+        ``GPUFLEET_UPGRADE_LEASE`` is checked before the first request and
+        renewed while the module works.
+        """
         auth_params = {name: params.get(name) for name in AUTH_ARG_SPEC}
         try:
             auth = _create_auth_spec(None, **auth_params)
@@ -170,7 +182,11 @@ class KubeApi:
         api_client = kubernetes.client.ApiClient(configuration)
         for header, value in headers.items():
             api_client.set_default_header(header, ",".join(value) if isinstance(value, list) else value)
-        return cls(api_client, **kwargs)
+        api = cls(api_client, **kwargs)
+        settings = LeaseSettings.from_environment() if keep_stage_lease else None
+        if settings is not None:
+            api.lease_keeper = LeaseKeeper(StageLease(api, settings))
+        return api
 
     @property
     def host(self) -> str:
@@ -352,16 +368,7 @@ class KubeApi:
         status, headers, payload = self._send("GET", "/version", query=None, body=None, content_type="application/json")
         if not 200 <= status < 300:
             raise _api_error("GET", "/version", status, payload)
-        value = next((text for header, text in headers.items() if str(header).lower() == "date"), None)
-        if not value:
-            raise KubeApiError("The API server sent no Date header; its time cannot be read", method="GET")
-        try:
-            moment = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError) as err:
-            raise KubeApiError(f"The API server sent an unreadable Date header {value!r}", method="GET") from err
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=datetime.timezone.utc)
-        return moment.astimezone(datetime.timezone.utc)
+        return _server_date(headers)
 
     def _request_payload(
         self,
@@ -390,6 +397,23 @@ class KubeApi:
         raise error or KubeApiError(f"{method} {path} was not sent", method=method, path=path)
 
     def _send(self, method: str, path: str, *, query: Optional[Dict[str, Any]], body: Any, content_type: str) -> tuple:
+        if self.controller is not None:
+            self.controller.ensure_alive(what=f"before {method} {path}")
+        if self.lease_keeper is not None:
+            self.lease_keeper.ensure_held(self)
+        status, headers, payload = self._send_once(method, path, query=query, body=body, content_type=content_type)
+        if self.lease_keeper is not None and 200 <= status < 300:
+            try:
+                moment = _server_date(headers)
+            except KubeApiError:
+                moment = None  # renewal waits for a response with a readable Date
+            if moment is not None:
+                self.lease_keeper.observe(moment)
+        return status, headers, payload
+
+    def _send_once(
+        self, method: str, path: str, *, query: Optional[Dict[str, Any]], body: Any, content_type: str
+    ) -> tuple:
         query_params = [(key, value) for key, value in (query or {}).items() if value is not None]
         header_params = {"Accept": "application/json", "Content-Type": content_type}
         serialized = self._client.param_serialize(
@@ -433,6 +457,8 @@ class KubeApi:
         if field_selector:
             query["fieldSelector"] = field_selector
         path = ref.path(namespace=namespace)
+        if self.controller is not None:
+            self.controller.ensure_alive(what=f"before watching {path}")
         serialized = self._client.param_serialize(
             "GET",
             path,
@@ -459,6 +485,20 @@ class KubeApi:
                 line, buffer = buffer.split(b"\n", 1)
                 if line.strip():
                     yield json.loads(line)
+
+
+def _server_date(headers: Dict[str, Any]) -> datetime.datetime:
+    """The API server's clock (UTC) from a response's ``Date`` header."""
+    value = next((text for header, text in headers.items() if str(header).lower() == "date"), None)
+    if not value:
+        raise KubeApiError("The API server sent no Date header; its time cannot be read", method="GET")
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError) as err:
+        raise KubeApiError(f"The API server sent an unreadable Date header {value!r}", method="GET") from err
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.astimezone(datetime.timezone.utc)
 
 
 def _dry_run(dry_run: bool) -> Optional[Dict[str, Any]]:

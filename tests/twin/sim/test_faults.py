@@ -159,7 +159,9 @@ def test_node_faults_apply_at_their_time(simulate) -> None:
             await cluster.run_for(60)
             assert cluster.sim.nodes[other].secondary_network_up is True
             states = {f.type: f.state for f in faults.faults()}
-            assert set(states.values()) == {"done"}
+            # A fault with a duration ends by itself; the others stay until removed.
+            assert states.pop("secondary_network_down") == "done"
+            assert set(states.values()) == {"active"}
         finally:
             task.cancel()
 
@@ -193,3 +195,158 @@ def test_node_never_returns_after_reboot(simulate) -> None:
 def test_invalid_faults_are_explained(spec: dict, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         validate_fault(spec)
+
+
+# -- every fault ends, restoring what it changed --------------------------------------------------------------
+
+KERNEL = "5.15.0-999-generic"
+
+
+def _seed_pdb(cluster: SimCluster) -> None:
+    cluster.create(
+        "pdb",
+        {
+            "metadata": {"name": "train", "namespace": "default"},
+            "spec": {"maxUnavailable": 5, "selector": {"matchLabels": {"app": "train"}}},
+        },
+    )
+
+
+def _state(cluster: SimCluster, node: str, faults: FaultInjector) -> dict:
+    """Everything a fault may change, as plain data to compare before/after."""
+    health = cluster.sim.nodes[node]
+    spec = cluster.node(node)["spec"]
+    pdb = cluster.store.try_get(cluster.kinds.pdb, "default", "train")
+    return {
+        "ready": health.ready,
+        "never_returns": health.never_returns,
+        "rebooting": health.rebooting_until is not None,
+        "gpu_count": health.gpu_count,
+        "ecc": (health.ecc_corrected, health.ecc_uncorrected),
+        "xid": list(health.xid_events),
+        "dcgm": list(health.dcgm_failures),
+        "ib": [(p.device, p.port, p.state, p.physical_state) for p in health.ib_ports],
+        "net": health.secondary_network_up,
+        "cordoned": (bool(spec.get("unschedulable")), [t["key"] for t in spec.get("taints") or []]),
+        "driver_kernels": set(cluster.sim.kernels_without_driver_build),
+        "mofed_kernels": set(cluster.sim.kernels_without_mofed_build),
+        "mc_failures": dict(cluster.sim.machine_config_failures),
+        "pdb_annotation": (pdb["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION) if pdb else None,
+        "never_allow": set(faults._never_allow),
+    }
+
+
+FAULT_CASES = {
+    "node_never_returns": ({"node": "{node}"}, lambda s: s["never_returns"] is True),
+    "reboot": ({"node": "{node}", "duration": 600}, lambda s: s["rebooting"] and not s["ready"]),
+    "node_not_ready": ({"node": "{node}"}, lambda s: s["ready"] is False),
+    "driver_build_fails": ({"kernel": KERNEL}, lambda s: KERNEL in s["driver_kernels"]),
+    "mofed_build_fails": ({"kernel": KERNEL}, lambda s: KERNEL in s["mofed_kernels"]),
+    "machine_config_fails": ({"node": "{node}"}, lambda s: bool(s["mc_failures"])),
+    "cordon": ({"node": "{node}"}, lambda s: s["cordoned"][0] is True),
+    "ecc_errors": (
+        {"node": "{node}", "corrected": 5, "uncorrected": 2, "xid": [48, 63]},
+        lambda s: s["ecc"] == (5, 2) and s["xid"] == [48, 63],
+    ),
+    "dcgm_failure": ({"node": "{node}", "tests": ["pcie", "memory"]}, lambda s: s["dcgm"] == ["pcie", "memory"]),
+    "gpu_lost": ({"node": "{node}", "count": 2}, lambda s: s["gpu_count"] == 6 and s["xid"] == [79]),
+    "ib_port_down": (
+        {"node": "{node}", "device": "mlx5_3"},
+        lambda s: ("mlx5_3", 1, "Down", "Disabled") in s["ib"],
+    ),
+    "secondary_network_down": ({"node": "{node}"}, lambda s: s["net"] is False),
+    "pdb_never_allows": (
+        {"namespace": "default", "name": "train"},
+        lambda s: s["pdb_annotation"] == "true" and ("default", "train") in s["never_allow"],
+    ),
+}
+
+
+def test_every_node_fault_kind_is_covered() -> None:
+    from gpufleet_twin.sim.faults import NODE_FAULTS
+
+    assert set(FAULT_CASES) == NODE_FAULTS
+
+
+@pytest.mark.parametrize("how", ["remove", "clear", "duration"])
+@pytest.mark.parametrize("kind", sorted(FAULT_CASES))
+def test_every_fault_ends_and_restores_what_it_changed(simulate, kind: str, how: str) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        faults = injector(cluster)
+        task = asyncio.create_task(faults.run(cluster.twin))
+        try:
+            node = cluster.workers[0]
+            _seed_pdb(cluster)
+            await cluster.run_for(5)
+            before = _state(cluster, node, faults)
+            params, applied = FAULT_CASES[kind]
+            spec = {"type": kind, **{k: (v.format(node=node) if isinstance(v, str) else v) for k, v in params.items()}}
+            if how == "duration":
+                spec["duration"] = 600
+            fault = faults.add(spec)
+            await cluster.settle()
+            during = _state(cluster, node, faults)
+            assert applied(during), f"{kind} did not take effect: {during}"
+            assert during != before
+            if kind == "node_never_returns":
+                # Its effect shows after a reboot: the node stays down until the fault ends.
+                cluster.sim.reboot(node, 30)
+                await cluster.run_for(60)
+                assert cluster.sim.nodes[node].ready is False
+            if how == "remove":
+                assert faults.remove(fault.id) is fault
+            elif how == "clear":
+                assert faults.clear() == 1
+            else:
+                await cluster.run_for(300, step=10)
+                assert fault.state == "active", "a fault lasts its whole duration"
+                await cluster.run_for(310, step=10)
+                assert fault.state == "done"
+            await cluster.run_for(5)
+            after = _state(cluster, node, faults)
+            assert after == before, f"{kind} ({how}) left {after} instead of {before}"
+            assert podutil.condition(cluster.node(node), "Ready")["status"] == "True"
+        finally:
+            task.cancel()
+
+    simulate(scenario, nodes=2)
+
+
+def test_a_flag_two_faults_hold_stays_until_both_end() -> None:
+    cluster = make_cluster(nodes=1)
+    faults = injector(cluster)
+    first = faults.add({"type": "driver_build_fails", "kernel": KERNEL})
+    second = faults.add({"type": "driver_build_fails", "kernel": KERNEL})
+    faults.remove(first.id)
+    assert KERNEL in cluster.sim.kernels_without_driver_build
+    faults.remove(second.id)
+    assert KERNEL not in cluster.sim.kernels_without_driver_build
+
+
+def test_a_cordon_that_was_there_before_the_fault_stays() -> None:
+    cluster = make_cluster(nodes=1)
+    faults = injector(cluster)
+    node = cluster.workers[0]
+    from gpufleet_twin.sim.faults import cordon_node
+
+    cordon_node(cluster.twin, cluster.kinds, node)
+    fault = faults.add({"type": "cordon", "node": node})
+    faults.remove(fault.id)
+    assert cluster.node(node)["spec"]["unschedulable"] is True
+
+
+def test_removing_a_request_fault_stops_it_and_a_pending_fault_never_applies() -> None:
+    async def check() -> None:
+        cluster = make_cluster(nodes=1)
+        faults = injector(cluster)
+        burst = faults.add({"type": "api_errors", "code": 503, "count": 5, "verb": "patch", "resource": "nodes"})
+        later = faults.add({"type": "cordon", "node": cluster.workers[0], "at": 3600})
+        assert await outcome(faults, PATCH_NODE) == 503
+        assert faults.remove(burst.id) is burst and burst.state == "done"
+        assert await outcome(faults, PATCH_NODE) == 200
+        assert faults.remove(later.id) is later
+        cluster.twin.clock.advance(7200)
+        assert not cluster.node(cluster.workers[0])["spec"].get("unschedulable")
+        assert faults.remove("no-such-fault") is None
+
+    asyncio.run(check())

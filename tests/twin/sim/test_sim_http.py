@@ -305,3 +305,29 @@ def test_kubectl_scale_takes_effect(twin: RunningTwin) -> None:
     pods = core.list_namespaced_pod("default", label_selector="app=api-server").items
     assert len([p for p in pods if p.metadata.deletion_timestamp is None]) == 3
     assert apps.read_namespaced_deployment_scale("api-server", "default").spec.replicas == 3
+
+
+def test_faults_end_by_id_and_after_their_simulated_duration(twin: RunningTwin) -> None:
+    core = client.CoreV1Api(twin.api)
+
+    def cordoned(name: str) -> bool:
+        return bool(core.read_node(name).spec.unschedulable)
+
+    status, added = twin.admin("POST", "/admin/faults", {"type": "cordon", "node": "gpu-worker-004"})
+    assert status == 201 and cordoned("gpu-worker-004")
+    fault_id = added["faults"][0]["id"]
+    status, removed = twin.admin("DELETE", f"/admin/faults/{fault_id}")
+    assert status == 200 and removed["removed"] == 1 and removed["fault"]["state"] == "done"
+    assert not cordoned("gpu-worker-004"), "removing the fault uncordons what it cordoned"
+    assert twin.admin("DELETE", f"/admin/faults/{fault_id}")[0] == 404
+
+    status, added = twin.admin("POST", "/admin/faults", {"type": "cordon", "node": "gpu-worker-005", "duration": 7200})
+    assert status == 201 and cordoned("gpu-worker-005")
+    twin.admin("POST", "/admin/clock/advance", {"seconds": 3600})
+    time.sleep(0.5)
+    assert cordoned("gpu-worker-005"), "the fault lasts its duration on the twin's clock"
+    twin.admin("POST", "/admin/clock/advance", {"seconds": 3601})
+    wait_for(lambda: not cordoned("gpu-worker-005"), what="the fault to end after its duration")
+    listed = twin.admin("GET", "/admin/faults")[1]["faults"]
+    assert [f["state"] for f in listed if f["id"] == added["faults"][0]["id"]] == ["done"]
+    twin.admin("DELETE", "/admin/faults")

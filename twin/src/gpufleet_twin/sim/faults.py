@@ -28,8 +28,14 @@ simulated seconds (with a probability ``fraction`` per request):
 - ``slow`` {delay: real seconds per request}
 - ``conflict`` {}: answers 409 Conflict (default verbs: update, patch)
 
-Removing faults (``DELETE /admin/faults``) stops request faults; node changes
-already made stay, as they would on real hardware.
+Every fault ends, restoring exactly what it changed (a node's health
+fields, the PDB annotation, the kernels without a build, the cordon it set,
+the ports it took down...): when it is removed (``DELETE /admin/faults`` for
+all, ``DELETE /admin/faults/{id}`` for one) or after ``duration`` simulated
+seconds when it has one (``reboot``: its length, default 300).  A fault
+without ``duration`` stays active until removed.  What others changed
+meanwhile stays: a fault undoes only its own change, and a flag or kernel that
+another active fault of the same type also holds stays set until that one ends.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import contextlib
 import hashlib
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -91,9 +98,12 @@ class Fault:
     at: float = 0.0  # simulated seconds after the cluster was populated
     state: str = "pending"  # pending, active, done
     remaining: int | None = None  # request faults limited by count
-    active_until: float | None = None  # request faults limited by duration (simulated epoch seconds)
+    active_until: float | None = None  # faults limited by duration (simulated epoch seconds)
     applied_at: str | None = None
+    ended_at: str | None = None
     hits: int = 0
+    # What applying changed, as calls that put it back (run in reverse order when the fault ends).
+    undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def describe(self) -> Obj:
         return {
@@ -102,6 +112,7 @@ class Fault:
             "at": self.at,
             "state": self.state,
             "applied_at": self.applied_at,
+            "ended_at": self.ended_at,
             "remaining": self.remaining,
             "hits": self.hits,
             **self.params,
@@ -160,6 +171,8 @@ def validate_fault(spec: Obj) -> None:
         raise ValueError("fault slow needs a positive 'delay' (real seconds)")
     if kind in REQUEST_FAULTS and spec.get("count") is None and spec.get("duration") is None:
         raise ValueError(f"fault {kind} needs 'count' (next N requests) or 'duration' (simulated seconds)")
+    if spec.get("duration") is not None and float(spec["duration"]) < 0:
+        raise ValueError("'duration' counts simulated seconds and cannot be negative")
     if "at" in spec and float(spec["at"]) < 0:
         raise ValueError("'at' counts simulated seconds after start and cannot be negative")
 
@@ -204,14 +217,21 @@ class FaultInjector:
         return list(self._faults)
 
     def clear(self) -> int:
+        """End every fault (restoring what each changed) and forget them all."""
         removed = len(self._faults)
-        for fault in self._faults:
-            self._due.cancel(("apply", fault.id))
-            if fault.state != "done":
-                fault.state = "done"
+        for fault in reversed(self._faults):
+            self._end(fault)
         self._faults.clear()
         self._request_faults.clear()
         return removed
+
+    def remove(self, fault_id: str) -> Fault | None:
+        """End one fault (restoring what it changed) and forget it; None when there is no such fault."""
+        fault = next((f for f in self._faults if f.id == fault_id), None)
+        if fault is not None:
+            self._end(fault)
+            self._faults.remove(fault)
+        return fault
 
     async def run(self, twin: Any) -> None:
         while True:
@@ -223,8 +243,8 @@ class FaultInjector:
                     continue
                 if action == "apply":
                     self._apply(fault)
-                elif action == "restore":
-                    self._restore(fault)
+                elif action == "end":
+                    self._end(fault)
             next_due = self._due.next_due()
             await self._waker.wait(None if next_due is None else max(0.0, next_due - twin.clock.now()))
 
@@ -232,25 +252,49 @@ class FaultInjector:
         now = self._twin.clock.now()
         fault.applied_at = self._twin.clock.iso(now)
         fault.state = "active"
+        duration = fault.params.get("duration")
+        if fault.type == "reboot":
+            duration = fault.params.get("duration", 300)
+        if duration is not None:
+            fault.active_until = now + float(duration)
+            self._due.schedule(("end", fault.id), fault.active_until)
+            self._waker.poke()
         if fault.type in REQUEST_FAULTS:
-            self._activate_request_fault(fault, now)
+            self._activate_request_fault(fault)
             return
         apply = getattr(self, f"_apply_{fault.type}")
         apply(fault)
-        duration = fault.params.get("duration")
-        if duration is not None and fault.type in ("node_not_ready", "secondary_network_down"):
-            self._due.schedule(("restore", fault.id), now + float(duration))
-            self._waker.poke()
-        else:
-            fault.state = "done"
 
-    def _restore(self, fault: Fault) -> None:
-        for health in self._healths(fault):
-            if fault.type == "node_not_ready" and health.kubelet_running:
-                health.ready = True
-            elif fault.type == "secondary_network_down":
-                health.secondary_network_up = True
+    def _end(self, fault: Fault) -> None:
+        """Stop a fault: a pending one never applies, an active one puts back what it changed."""
+        self._due.cancel(("apply", fault.id))
+        self._due.cancel(("end", fault.id))
+        if fault.state == "active":
+            # Done first, so the undo calls see no other holder in this fault.
+            fault.state = "done"
+            fault.ended_at = self._twin.clock.iso(self._twin.clock.now())
+            for restore in reversed(fault.undo):
+                restore()
         fault.state = "done"
+        fault.undo.clear()
+        self._request_faults = [a for a in self._request_faults if a.fault is not fault]
+
+    def _held_by_another(self, fault: Fault, *, node: str | None = None, key: str | None = None) -> bool:
+        """Whether another active fault of the same type holds the same node (or kernel, PDB)."""
+        for other in self._faults:
+            if other is fault or other.state != "active" or other.type != fault.type:
+                continue
+            if node is not None and node in self._node_names(other):
+                return True
+            if key is not None and key == self._key_of(other):
+                return True
+        return False
+
+    @staticmethod
+    def _key_of(fault: Fault) -> str:
+        if fault.type == "pdb_never_allows":
+            return f"{fault.params.get('namespace')}/{fault.params.get('name')}"
+        return str(fault.params.get("kernel"))
 
     # -- node faults -------------------------------------------------------------------------------------
     def _node_names(self, fault: Fault) -> list[str]:
@@ -270,44 +314,133 @@ class FaultInjector:
         for health in self._healths(fault):
             health.never_returns = True
 
+            def restore(health: Any = health) -> None:
+                if self._held_by_another(fault, node=health.name) or not health.never_returns:
+                    return
+                held_down = health.rebooting_until is None and not health.ready
+                if held_down and not self._held_by_node_not_ready(health.name):
+                    # The reboot that left it down ends now: the kubelet boots it (new boot id, Ready).
+                    health.rebooting_until = self._twin.clock.now()
+                health.never_returns = False
+
+            fault.undo.append(restore)
+
+    def _held_by_node_not_ready(self, name: str) -> bool:
+        return any(
+            f.state == "active" and f.type == "node_not_ready" and name in self._node_names(f) for f in self._faults
+        )
+
     def _apply_reboot(self, fault: Fault) -> None:
         for name in self._node_names(fault):
             self._sim.reboot(name, float(fault.params.get("duration", 300)))
+            health = self._sim.nodes[name]
+            until = health.rebooting_until
+
+            def restore(health: Any = health, until: float | None = until) -> None:
+                # Ends the power cycle early when it is still this one (a later reboot stays).
+                now = self._twin.clock.now()
+                if health.rebooting_until is not None and health.rebooting_until == until and until > now:
+                    health.rebooting_until = now
+
+            fault.undo.append(restore)
 
     def _apply_node_not_ready(self, fault: Fault) -> None:
         for health in self._healths(fault):
             health.ready = False
 
+            def restore(health: Any = health) -> None:
+                if not self._held_by_another(fault, node=health.name) and health.kubelet_running:
+                    health.ready = True
+
+            fault.undo.append(restore)
+
     def _apply_driver_build_fails(self, fault: Fault) -> None:
-        self._sim.kernels_without_driver_build.add(str(fault.params["kernel"]))
+        kernel = str(fault.params["kernel"])
+        self._sim.kernels_without_driver_build.add(kernel)
+
+        def restore() -> None:
+            if not self._held_by_another(fault, key=kernel):
+                self._sim.kernels_without_driver_build.discard(kernel)
+
+        fault.undo.append(restore)
 
     def _apply_mofed_build_fails(self, fault: Fault) -> None:
-        self._sim.kernels_without_mofed_build.add(str(fault.params["kernel"]))
+        kernel = str(fault.params["kernel"])
+        self._sim.kernels_without_mofed_build.add(kernel)
+
+        def restore() -> None:
+            if not self._held_by_another(fault, key=kernel):
+                self._sim.kernels_without_mofed_build.discard(kernel)
+
+        fault.undo.append(restore)
 
     def _apply_machine_config_fails(self, fault: Fault) -> None:
         reason = str(fault.params.get("reason") or "failed to update OS: rpm-ostree rebase exited with status 1")
         for name in self._node_names(fault):
             self._sim.machine_config_failures[name] = reason
 
+            def restore(name: str = name) -> None:
+                if not self._held_by_another(fault, node=name):
+                    self._sim.machine_config_failures.pop(name, None)
+
+            fault.undo.append(restore)
+
     def _apply_cordon(self, fault: Fault) -> None:
         for name in self._node_names(fault):
+            node = self._twin.store.try_get(self._kinds.node, None, name)
+            was_cordoned = bool(node is not None and (node.get("spec") or {}).get("unschedulable"))
             cordon_node(self._twin, self._kinds, name)
+            if was_cordoned:
+                continue  # nothing changed, nothing to put back
+
+            def restore(name: str = name) -> None:
+                if not self._held_by_another(fault, node=name):
+                    with contextlib.suppress(errors.ApiError):  # the node may be gone by now
+                        uncordon_node(self._twin, self._kinds, name)
+
+            fault.undo.append(restore)
 
     def _apply_ecc_errors(self, fault: Fault) -> None:
+        corrected = int(fault.params.get("corrected", 0))
+        uncorrected = int(fault.params.get("uncorrected", 0))
+        xids = [int(x) for x in fault.params.get("xid", ()) or ()]
         for health in self._healths(fault):
-            health.ecc_corrected += int(fault.params.get("corrected", 0))
-            health.ecc_uncorrected += int(fault.params.get("uncorrected", 0))
-            health.xid_events.extend(int(x) for x in fault.params.get("xid", ()) or ())
+            health.ecc_corrected += corrected
+            health.ecc_uncorrected += uncorrected
+            health.xid_events.extend(xids)
             self._sim.node_changed(health.name)
 
+            def restore(health: Any = health) -> None:
+                health.ecc_corrected = max(0, health.ecc_corrected - corrected)
+                health.ecc_uncorrected = max(0, health.ecc_uncorrected - uncorrected)
+                _remove_once(health.xid_events, xids)
+                self._sim.node_changed(health.name)
+
+            fault.undo.append(restore)
+
     def _apply_dcgm_failure(self, fault: Fault) -> None:
+        tests = [str(t) for t in fault.params.get("tests", ["pcie"])]
         for health in self._healths(fault):
-            health.dcgm_failures = [*health.dcgm_failures, *(str(t) for t in fault.params.get("tests", ["pcie"]))]
+            health.dcgm_failures = [*health.dcgm_failures, *tests]
+
+            def restore(health: Any = health) -> None:
+                remaining = list(health.dcgm_failures)
+                _remove_once(remaining, tests)
+                health.dcgm_failures = remaining
+
+            fault.undo.append(restore)
 
     def _apply_gpu_lost(self, fault: Fault) -> None:
         for health in self._healths(fault):
             health.xid_events.append(79)  # "GPU has fallen off the bus"
-            health.gpu_count = max(0, health.gpu_count - int(fault.params.get("count", 1)))
+            lost = min(health.gpu_count, int(fault.params.get("count", 1)))
+            health.gpu_count -= lost
+
+            def restore(health: Any = health, lost: int = lost) -> None:
+                _remove_once(health.xid_events, [79])
+                health.gpu_count += lost
+
+            fault.undo.append(restore)
 
     def _apply_ib_port_down(self, fault: Fault) -> None:
         device = fault.params.get("device")
@@ -317,17 +450,33 @@ class FaultInjector:
             targets = [p for p in health.ib_ports if (device is None or p.device == device) and p.port == port]
             if device is None:
                 targets = targets[:1]
+            added: list[IbPort] = []
             if not targets and device is not None:
                 health.ib_ports.append(IbPort(device=str(device), port=port))
-                targets = health.ib_ports[-1:]
+                added = targets = health.ib_ports[-1:]
+            before = [(p, p.state, p.physical_state) for p in targets if p not in added]
             for ib_port in targets:
                 ib_port.state = "Down"
                 ib_port.physical_state = physical
             self._sim.node_changed(health.name)
 
+            def restore(health: Any = health, before: Any = before, added: list[IbPort] = added) -> None:
+                for ib_port, state, physical_state in before:
+                    ib_port.state, ib_port.physical_state = state, physical_state
+                health.ib_ports[:] = [p for p in health.ib_ports if not any(p is a for a in added)]
+                self._sim.node_changed(health.name)
+
+            fault.undo.append(restore)
+
     def _apply_secondary_network_down(self, fault: Fault) -> None:
         for health in self._healths(fault):
             health.secondary_network_up = False
+
+            def restore(health: Any = health) -> None:
+                if not self._held_by_another(fault, node=health.name):
+                    health.secondary_network_up = True
+
+            fault.undo.append(restore)
 
     def _apply_pdb_never_allows(self, fault: Fault) -> None:
         namespace, name = str(fault.params["namespace"]), str(fault.params["name"])
@@ -336,12 +485,29 @@ class FaultInjector:
         def annotate(pdb: Obj) -> None:
             pdb["metadata"].setdefault("annotations", {})[NEVER_ALLOW_ANNOTATION] = "true"
 
+        def unannotate(pdb: Obj) -> None:
+            (pdb["metadata"].get("annotations") or {}).pop(NEVER_ALLOW_ANNOTATION, None)
+
         # The PDB may not exist yet: the request hook refuses by name all the same.
+        existing = self._twin.store.try_get(self._kinds.pdb, namespace, name)
+        annotated_before = bool(
+            existing and (existing["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION)
+        )
         with contextlib.suppress(errors.ApiError):
             self._twin.store.mutate(self._kinds.pdb, namespace, name, annotate)
 
+        def restore() -> None:
+            if self._held_by_another(fault, key=f"{namespace}/{name}"):
+                return
+            self._never_allow.discard((namespace, name))
+            if not annotated_before:
+                with contextlib.suppress(errors.ApiError):
+                    self._twin.store.mutate(self._kinds.pdb, namespace, name, unannotate)
+
+        fault.undo.append(restore)
+
     # -- request faults ---------------------------------------------------------------------------------
-    def _activate_request_fault(self, fault: Fault, now: float) -> None:
+    def _activate_request_fault(self, fault: Fault) -> None:
         params = fault.params
         verbs = params.get("verb", params.get("verbs"))
         if verbs is None and fault.type == "conflict":
@@ -356,8 +522,6 @@ class FaultInjector:
         )
         if params.get("count") is not None:
             fault.remaining = int(params["count"])
-        if params.get("duration") is not None:
-            fault.active_until = now + float(params["duration"])
         seed = int(hashlib.sha256(fault.id.encode()).hexdigest()[:8], 16)
         self._request_faults.append(_ActiveRequestFault(fault=fault, matcher=matcher, rng=random.Random(seed)))
 
@@ -389,9 +553,7 @@ class FaultInjector:
             raise self._error_for(fault, info)
 
     def _retire(self, active: _ActiveRequestFault) -> None:
-        active.fault.state = "done"
-        if active in self._request_faults:
-            self._request_faults.remove(active)
+        self._end(active.fault)
 
     @staticmethod
     def _error_for(fault: Fault, info: RequestInfo) -> errors.ApiError:
@@ -464,12 +626,14 @@ class FaultInjector:
             fault_id = request.query.get("id")
             if fault_id is None:
                 return json_response({"removed": self.clear()})
-            kept = [f for f in self._faults if f.id != fault_id]
-            removed = len(self._faults) - len(kept)
-            self._faults = kept
-            self._request_faults = [a for a in self._request_faults if a.fault.id != fault_id]
-            self._due.cancel(("apply", fault_id))
-            return json_response({"removed": removed})
+            return json_response({"removed": 0 if self.remove(fault_id) is None else 1})
+
+        async def delete_fault(request: web.Request) -> web.StreamResponse:
+            fault_id = request.match_info["id"]
+            fault = self.remove(fault_id)
+            if fault is None:
+                raise errors.ApiError(404, "NotFound", f'fault "{fault_id}" not found')
+            return json_response({"removed": 1, "fault": fault.describe()})
 
         async def advance_clock(request: web.Request) -> web.StreamResponse:
             body = await read_json(request)
@@ -487,6 +651,7 @@ class FaultInjector:
             ("POST", "/admin/faults", protected(token, add_faults)),
             ("GET", "/admin/faults", protected(token, list_faults)),
             ("DELETE", "/admin/faults", protected(token, delete_faults)),
+            ("DELETE", "/admin/faults/{id}", protected(token, delete_fault)),
             ("POST", "/admin/clock/advance", protected(token, advance_clock)),
             ("GET", "/admin/clock", protected(token, get_clock)),
         ]
@@ -514,3 +679,25 @@ def cordon_node(twin: Twin, kinds: Kinds, name: str) -> None:
         spec["taints"] = taints
 
     twin.store.mutate(kinds.node, None, name, cordon)
+
+
+def uncordon_node(twin: Twin, kinds: Kinds, name: str) -> None:
+    """``kubectl uncordon``: what ``cordon_node`` set, taken away."""
+
+    def uncordon(node: Obj) -> None:
+        spec = node.setdefault("spec", {})
+        spec.pop("unschedulable", None)
+        taints = [t for t in spec.get("taints") or [] if t.get("key") != podutil.UNSCHEDULABLE_TAINT]
+        if taints:
+            spec["taints"] = taints
+        else:
+            spec.pop("taints", None)
+
+    twin.store.mutate(kinds.node, None, name, uncordon)
+
+
+def _remove_once(items: list[Any], removed: list[Any]) -> None:
+    """Remove one occurrence of each of ``removed`` from ``items`` (in place), ignoring absent ones."""
+    for item in removed:
+        with contextlib.suppress(ValueError):
+            items.remove(item)

@@ -1,0 +1,285 @@
+"""One driver at a time, and a killed run stops: real ansible-playbook runs against the twin.
+
+- Killing ``ansible-playbook`` alone (SIGKILL of that one process, not its
+  group) stops the module it was running within a bounded time, and nothing
+  more reaches the cluster (the twin's recorder).
+- A stage of ``playbooks/upgrade.yml`` holds the Lease ``gpufleet-upgrade``
+  (coordination.k8s.io/v1) in the ledger's namespace: a second run is refused
+  before any write, naming the holder and the Lease's age; a killed run's
+  Lease expires after its duration on the twin's clock, then a re-run
+  resumes; the Lease is released at the end of a stage, failed or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gpufleet_twin.process import TwinProcess, start_twin
+
+from .conftest import ROOT, VENV_BIN, kubectl, run_playbook
+from .test_upgrade_flow import CANARY, EXAMPLE, NAMESPACE, NEW_DRIVER, drivers, flow, writes
+
+pytestmark = pytest.mark.slow
+
+MODULE_PLAYBOOK = "tests/integration/playbooks/gpu_clusterpolicy_upgrade.yml"
+LEASE = "gpufleet-upgrade"
+DAY = 86400
+
+
+@pytest.fixture
+def twin_at(tmp_path: pathlib.Path) -> Iterator[Callable[[float], TwinProcess]]:
+    """A twin of the test's own at the given time scale (a slower clock keeps a rollout running for a while)."""
+    started: list[TwinProcess] = []
+
+    def start(time_scale: float) -> TwinProcess:
+        twin = start_twin(nodes=6, profile="openshift", time_scale=time_scale, workdir=tmp_path / f"twin{len(started)}")
+        started.append(twin)
+        return twin
+
+    yield start
+    for twin in started:
+        assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
+
+
+@pytest.fixture
+def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
+    shutil.copy(EXAMPLE, tmp_path / "matrix.yaml")
+    return tmp_path
+
+
+# -- processes ------------------------------------------------------------------------------------------------
+def _stat(pid: int) -> tuple[str, int] | None:
+    try:
+        text = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def module_processes(root: int, module: str = "clusterpolicy_upgrade") -> list[int]:
+    """Live processes below ``root`` that run that module (AnsiballZ)."""
+    parents: dict[int, int] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            parents[int(entry.name)] = stat[1]
+
+    def below(pid: int) -> bool:
+        for _ in range(64):
+            pid = parents.get(pid, 0)
+            if pid == root:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    found = []
+    wanted = f"AnsiballZ_{module}".encode()
+    for pid in parents:
+        with contextlib.suppress(OSError):
+            if below(pid) and wanted in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes() and alive(pid):
+                found.append(pid)
+    return found
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
+    # Real-time bound on a process event (a process starting or ending), not on simulated progress.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_playbook(twin: TwinProcess, playbook: str, extra_vars: dict[str, Any]) -> subprocess.Popen:
+    env = twin.env()
+    env.update(
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"),
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    command = [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(ROOT / playbook)]
+    command += ["-e", json.dumps(extra_vars)]
+    # Its own session, so the test can clean up whatever is left whatever happens.
+    return subprocess.Popen(
+        command, env=env, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+@contextlib.contextmanager
+def killed_controller(process: subprocess.Popen) -> Iterator[Callable[[], list[int]]]:
+    """Yields ``kill()``: SIGKILL the ansible-playbook process only (not its group); returns its modules' pids."""
+
+    def kill() -> list[int]:
+        modules = module_processes(process.pid)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        return modules
+
+    try:
+        yield kill
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the orphans too, should any be left
+
+
+def assert_stops_and_stays_quiet(twin: TwinProcess, modules: list[int]) -> None:
+    assert modules, "the module was not running when ansible-playbook was killed"
+    # The module polls every second: it notices within a poll or two (generous for a loaded machine).
+    wait_for(lambda: not any(alive(pid) for pid in modules), timeout=30, what="the orphaned module to stop")
+    twin.admin("POST", "report/reset")
+    time.sleep(3)  # the module polled every second: an orphan would have sent requests by now
+    report = twin.report()["requests"]
+    assert report["total"] == 0, f"requests after the module stopped: {report['by_verb_resource']}"
+
+
+def lease(twin: TwinProcess) -> dict[str, Any]:
+    found = kubectl(twin, "get", "lease", "-n", NAMESPACE, LEASE, "-o", "json", check=False)
+    return json.loads(found)["spec"] if found else {}
+
+
+def states(twin: TwinProcess) -> dict[str, str]:
+    nodes = json.loads(kubectl(twin, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"))["items"]
+    return {
+        n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state", "") for n in nodes
+    }
+
+
+# -- tests ----------------------------------------------------------------------------------------------------
+def test_killing_ansible_playbook_stops_its_module(twin_at, tmp_path):
+    twin = twin_at(40)  # six nodes one at a time: minutes of real time, longer than the stop may take
+    args = {"driver": {"version": NEW_DRIVER}, "upgrade_policy": {"maxUnavailable": 1}, "wait_sleep": 1,
+            "wait_timeout": 600}  # fmt: skip
+    process = start_playbook(
+        twin, MODULE_PLAYBOOK, {"gpu_module_args": args, "gpu_result_file": str(tmp_path / "r.json")}
+    )
+    with killed_controller(process) as kill:
+        wait_for(
+            lambda: any(s not in ("upgrade-done", "upgrade-required", "") for s in states(twin).values()),
+            timeout=120,
+            what="the rollout to start",
+        )
+        modules = kill()
+        assert_stops_and_stays_quiet(twin, modules)
+        # Stopped while the rollout was still under way (an orphan would have gone on watching it).
+        assert any(s != "upgrade-done" for s in states(twin).values())
+
+
+def test_a_killed_stage_keeps_its_lease_a_rerun_is_refused_then_resumes_after_expiry(twin_at, workspace):
+    twin = twin_at(60)
+    variables = {
+        "stage": "canary",
+        "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+        "upgrade_report_dir": str(workspace / "reports"),
+        "upgrade_wait_timeout": 3600,
+        "upgrade_lease_duration": DAY,
+        "validate_wait_sleep": 0.5,
+        "gpu_operator_wait_sleep": 1,
+    }
+    process = start_playbook(twin, "playbooks/upgrade.yml", variables)
+    with killed_controller(process) as kill:
+        wait_for(
+            lambda: lease(twin).get("holderIdentity") and module_processes(process.pid),
+            timeout=180,
+            what="the canary to hold the Lease and run clusterpolicy_upgrade",
+        )
+        held = lease(twin)
+        modules = kill()
+        assert_stops_and_stays_quiet(twin, modules)
+    assert held["leaseDurationSeconds"] == DAY
+    holder = held["holderIdentity"]
+    assert "@" in holder and ", run " in holder
+
+    # A re-run while the killed run's Lease is valid: refused before any write, naming the holder and its age.
+    twin.admin("POST", "report/reset")
+    refused = flow(twin, workspace, "canary", upgrade_lease_duration=DAY)
+    assert refused.returncode != 0
+    assert f"Another run holds the Lease: {holder}, for " in refused.output, refused.output[-3000:]
+    assert "Stage canary: refused" in refused.output
+    assert writes(twin) == {}, "a refused run writes nothing"
+    assert lease(twin)["holderIdentity"] == holder
+
+    # After the Lease's duration on the twin's clock, a re-run takes it over and finishes the canary.
+    twin.admin("POST", "clock/advance", {"seconds": DAY + 60})
+    resumed = flow(twin, workspace, "canary", upgrade_lease_duration=DAY)
+    assert resumed.returncode == 0, resumed.output[-4000:]
+    assert "Stage canary: success" in resumed.output
+    assert drivers(twin)[CANARY] == NEW_DRIVER
+    after = lease(twin)
+    assert after["holderIdentity"] == "", "released at the end of the stage"
+    assert after["leaseTransitions"] >= 1
+
+
+def test_a_concurrent_second_run_is_refused_naming_the_holder(twin_at, workspace):
+    twin = twin_at(15)  # slow enough that the first run is still at work when the second has planned
+    variables = {
+        "stage": "canary",
+        "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+        "upgrade_report_dir": str(workspace / "reports"),
+        "upgrade_wait_timeout": 3600,
+        "gpu_operator_wait_sleep": 1,
+    }
+    first = start_playbook(twin, "playbooks/upgrade.yml", variables)
+    with killed_controller(first):
+        wait_for(lambda: lease(twin).get("holderIdentity"), timeout=180, what="the first run to hold the Lease")
+        holder = lease(twin)["holderIdentity"]
+        second = flow(twin, workspace, "canary")
+        assert second.returncode != 0, second.output[-3000:]
+        assert f"Another run holds the Lease: {holder}, for " in second.output, second.output[-3000:]
+        assert "renewed" in second.output and "expires in" in second.output
+        assert first.poll() is None, "the first run goes on"
+        # The rollout module renews the Lease while it waits (every third of its 300 s on the twin's clock).
+        wait_for(lambda: module_processes(first.pid), timeout=120, what="the first run's rollout module")
+        renewed = lease(twin)["renewTime"]
+        wait_for(
+            lambda: lease(twin)["renewTime"] != renewed and module_processes(first.pid),
+            timeout=120,
+            what="the rollout module to renew the Lease",
+        )
+        assert first.wait(timeout=600) == 0
+    assert lease(twin)["holderIdentity"] == ""
+    ledger = json.loads((workspace / "reports" / "upgrade-ledger.json").read_text())["entries"]
+    assert sorted(e["outcome"] for e in ledger) == ["refused", "success"]
+
+
+def test_the_lease_is_released_after_a_failed_stage(twin_at, workspace):
+    twin = twin_at(600)
+    twin.admin("POST", "faults", {"type": "ib_port_down", "node": CANARY, "device": "mlx5_3"})
+    canary = flow(twin, workspace, "canary")
+    assert canary.returncode != 0, canary.output[-5000:]
+    assert "Stage canary: failed" in canary.output
+    held = lease(twin)
+    assert held and held["holderIdentity"] == "", "a failed stage releases its Lease too"
+    # Check mode takes no Lease and writes nothing, yet is refused while another run holds a valid one.
+    now = twin.admin("GET", "clock")["now"]
+    taken = {"holderIdentity": "bob@elsewhere, run 1", "leaseDurationSeconds": DAY, "acquireTime": now,
+             "renewTime": now}  # fmt: skip
+    kubectl(twin, "patch", "lease", "-n", NAMESPACE, LEASE, "--type=merge", "-p", json.dumps({"spec": taken}))
+    twin.admin("POST", "report/reset")
+    variables = {"stage": "rollback", "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+                 "upgrade_report_dir": str(workspace / "reports")}  # fmt: skip
+    check = run_playbook("playbooks/upgrade.yml", twin=twin, extra_vars=variables, check=True)
+    assert check.returncode != 0, check.output[-3000:]
+    assert "Another run holds the Lease: bob@elsewhere, run 1, for " in check.output, check.output[-3000:]
+    assert writes(twin) == {}
+    assert lease(twin)["holderIdentity"] == "bob@elsewhere, run 1"

@@ -1,0 +1,186 @@
+"""The stage Lease's decisions: pure logic, no API."""
+
+import datetime
+
+import pytest
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, LeaseHeldError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import (
+    LeaseKeeper,
+    LeaseSettings,
+    StageLease,
+    decide,
+    format_micro_time,
+    is_expired,
+    lease_body,
+    parse_lease,
+    renewal_due,
+)
+
+T0 = datetime.datetime(2026, 11, 25, 10, 0, 0, tzinfo=datetime.UTC)
+ME = "alice@ctl (AWX job 7) run 1"
+OTHER = "bob@ctl2 run 2"
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def lease(holder: str = OTHER, *, acquired: float = 0, renewed: float = 0, duration: int = 300, transitions: int = 2):
+    # As the API server returns it (MicroTime with microseconds).
+    return parse_lease(
+        {
+            "metadata": {"name": "gpufleet-upgrade", "namespace": "ns", "resourceVersion": "41"},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": duration,
+                "acquireTime": format_micro_time(at(acquired)),
+                "renewTime": format_micro_time(at(renewed)),
+                "leaseTransitions": transitions,
+            },
+        }
+    )
+
+
+def test_no_lease_is_created():
+    assert decide(None, me=ME, now=T0).action == "create"
+
+
+def test_a_valid_lease_of_another_run_is_refused_naming_holder_and_age():
+    decision = decide(lease(acquired=0, renewed=500, duration=300), me=ME, now=at(754))
+    assert decision.action == "refuse" and not decision.allowed
+    assert decision.holder == OTHER and decision.age_seconds == 754 and decision.expires_in_seconds == 46
+    assert OTHER in decision.reason and "for 12m34s" in decision.reason
+
+
+@pytest.mark.parametrize("now, action", [(799.0, "refuse"), (800.0, "take"), (5000.0, "take")])
+def test_expiry_is_renew_time_plus_duration(now, action):
+    record = lease(renewed=500, duration=300)
+    assert decide(record, me=ME, now=at(now)).action == action
+    assert is_expired(record, now=at(now)) is (action == "take")
+
+
+def test_a_released_lease_is_taken_at_once():
+    assert decide(lease(holder="", renewed=100), me=ME, now=at(101)).action == "take"
+
+
+def test_our_own_lease_is_renewed_keeping_its_acquire_time():
+    previous = lease(holder=ME, acquired=10, renewed=200)
+    decision = decide(previous, me=ME, now=at(250))
+    assert decision.action == "renew"
+    body = lease_body(
+        name="gpufleet-upgrade", namespace="ns", me=ME, duration_seconds=300, now=at(250),
+        previous=previous, decision=decision,
+    )  # fmt: skip
+    assert body["metadata"]["resourceVersion"] == "41", "renewals are guarded by resourceVersion"
+    assert body["spec"]["acquireTime"] == "2026-11-25T10:00:10.000000Z"
+    assert body["spec"]["renewTime"] == "2026-11-25T10:04:10.000000Z"
+    assert body["spec"]["leaseTransitions"] == 2
+
+
+def test_taking_over_restarts_acquire_time_and_counts_a_transition():
+    previous = lease(acquired=0, renewed=0)
+    decision = decide(previous, me=ME, now=at(900))
+    body = lease_body(
+        name="gpufleet-upgrade", namespace="ns", me=ME, duration_seconds=60, now=at(900),
+        previous=previous, decision=decision,
+    )  # fmt: skip
+    assert body["spec"]["holderIdentity"] == ME and body["spec"]["leaseDurationSeconds"] == 60
+    assert body["spec"]["acquireTime"] == body["spec"]["renewTime"] == "2026-11-25T10:15:00.000000Z"
+    assert body["spec"]["leaseTransitions"] == 3
+
+
+def test_renewal_is_due_after_a_third_of_the_duration():
+    assert renewal_due(last_renew=None, now=T0, duration_seconds=300)
+    assert not renewal_due(last_renew=T0, now=at(99), duration_seconds=300)
+    assert renewal_due(last_renew=T0, now=at(100), duration_seconds=300)
+
+
+def test_lease_times_without_fractions_are_read():
+    record = parse_lease({"metadata": {}, "spec": {"holderIdentity": "x", "renewTime": "2026-11-25T10:00:00Z"}})
+    assert record is not None and record.renew_time == T0 and record.acquire_time is None
+
+
+@pytest.mark.parametrize(
+    "obj, problem",
+    [
+        ({"metadata": {}, "spec": {"renewTime": "yesterday"}}, "Unreadable Lease time"),
+        ({"metadata": {}, "spec": {"leaseDurationSeconds": "long"}}, "Unreadable Lease"),
+        (["not", "an", "object"], "A Lease is an object"),
+    ],
+)
+def test_unreadable_leases_are_explained(obj, problem):
+    with pytest.raises(InvalidInputError, match=problem):
+        parse_lease(obj)
+
+
+def test_settings_from_the_environment():
+    assert LeaseSettings.from_environment({}) is None
+    settings = LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=60)
+    assert LeaseSettings.from_environment({"GPUFLEET_UPGRADE_LEASE": settings.to_json()}) == settings
+    with pytest.raises(InvalidInputError, match="GPUFLEET_UPGRADE_LEASE must be JSON"):
+        LeaseSettings.from_environment({"GPUFLEET_UPGRADE_LEASE": "{}"})
+    with pytest.raises(InvalidInputError, match="at least 1 second"):
+        LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=0)
+
+
+# -- the keeper, on a fake API (renewal pacing and a lost lease) ------------------------------------------------
+
+
+class FakeApi:
+    """Stores one Lease; counts writes; its clock is set by the test."""
+
+    def __init__(self, stored=None):
+        self.stored = stored
+        self.now = T0
+        self.writes = 0
+        self.requests_sent = 0
+
+    def server_time(self):
+        return self.now
+
+    def get(self, ref, name, *, namespace=None):
+        return self.stored
+
+    def create(self, ref, body, *, namespace=None):
+        self.writes += 1
+        self.stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.writes)}}
+        return self.stored
+
+    def replace(self, ref, body):
+        self.writes += 1
+        self.stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.writes)}}
+        return self.stored
+
+
+def test_the_keeper_renews_every_third_of_the_duration_and_stops_when_the_lease_is_lost():
+    api = FakeApi()
+    settings = LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300)
+    lease = StageLease(api, settings)
+    decision, changed = lease.acquire()
+    assert (decision.action, changed, api.writes) == ("create", True, 1)
+    keeper = LeaseKeeper(lease)
+    keeper.ensure_held(api)
+    assert api.writes == 2, "checked and renewed before the module's first request"
+    for seconds in (50, 99):
+        keeper.observe(at(seconds))
+    assert api.writes == 2
+    keeper.observe(at(100))
+    assert api.writes == 3 and api.stored["spec"]["renewTime"] == format_micro_time(at(100))
+    api.stored["spec"]["holderIdentity"] = OTHER  # another run took it over
+    with pytest.raises(LeaseHeldError, match="lost the stage Lease"):
+        keeper.observe(at(250))
+
+
+def test_a_refused_acquire_and_check_mode_write_nothing():
+    api = FakeApi(
+        {"metadata": {"resourceVersion": "9"}, "spec": {"holderIdentity": OTHER, "leaseDurationSeconds": 300,
+                                                        "renewTime": format_micro_time(T0)}}
+    )  # fmt: skip
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    with pytest.raises(LeaseHeldError, match=f"Refused before any change: Another run holds the Lease: {OTHER}"):
+        lease.acquire(check_mode=True)
+    api.now = at(301)
+    decision, changed = lease.acquire(check_mode=True)
+    assert decision.action == "take" and changed and api.writes == 0
+    assert lease.release() is False, "a Lease held by another run is left alone"
