@@ -89,6 +89,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 _POLICY_CONFLICT_RETRIES = 5
+# The one step that changes a node: the steps before it (cordon, wait-for-jobs, evict-pods) only prepare it.
+RELOAD_STEP = "reload-mofed"
 # States in which the upgrade controller is not working on a node.
 IDLE_STATES = ("", "upgrade-required", "upgrade-done")
 
@@ -123,6 +125,8 @@ class OfedRolloutOptions:
     wait_timeout: int = 7200
     wait_sleep: float = 5.0
     rollout_name: str = "ofed"
+    # Undo a rollout to another version: nodes it stopped before reload-mofed are released, not run.
+    rollback: bool = False
     check_mode: bool = False
 
     def __post_init__(self) -> None:
@@ -149,6 +153,8 @@ class OfedRolloutOptions:
             max_per_domain=self.max_per_domain,
             budget_wait_timeout=float(self.budget_timeout),
             budget_wait_sleep=self.wait_sleep,
+            changing_step=RELOAD_STEP,
+            undo_other_targets=self.rollback,
         )
 
     @property
@@ -332,7 +338,7 @@ def reload_mofed_step(api: KubeApi, options: OfedRolloutOptions) -> NodeStep:
         }
 
     return NodeStep(
-        name="reload-mofed",
+        name=RELOAD_STEP,
         run=run,
         description=(
             f"delete the MOFED pod unless it already runs {options.target_version} (the DaemonSet is OnDelete), "

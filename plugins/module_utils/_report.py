@@ -73,6 +73,10 @@ def failures(entry: Mapping[str, Any]) -> List[str]:
         for verdict in report.get("gates") or []:
             if not verdict.get("passed"):
                 found.append(f"gate {verdict.get('gate')} on {verdict.get('node')}: {verdict.get('reason')}")
+    for step in not_restored(entry):
+        found.append(
+            f"{step.get('what')} ({step.get('object')}) is still changed: restore with `{step.get('restore')}`"
+        )
     for failure in entry.get("failures") or []:
         if isinstance(failure, Mapping):
             node = failure.get("node")
@@ -87,6 +91,11 @@ def failures(entry: Mapping[str, Any]) -> List[str]:
     return unique
 
 
+def not_restored(entry: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """Pre-steps of the stage (SR-IOV scale-down, policy deletion, ...) still in place."""
+    return [step for step in entry.get("pre_steps") or [] if isinstance(step, Mapping) and not step.get("restored")]
+
+
 def next_step(entry: Mapping[str, Any]) -> str:
     """What a person (or the schedule) does next."""
     stage, outcome = entry.get("stage"), entry.get("outcome")
@@ -96,6 +105,8 @@ def next_step(entry: Mapping[str, Any]) -> str:
     if stage == "canary" and outcome == "success":
         ends = bake.get("ends_at") or _hours_after(entry.get("recorded_at"), bake.get("required_hours", 48))
         return f"Let the canary bake until {ends} (cluster time), checked by stage=bake; then run stage=promote."
+    if stage == "canary" and outcome == "failed" and not entry.get("cluster_changed", True):
+        return "Nothing was changed: fix what the failure names, then run stage=canary again."
     if stage == "canary" and outcome == "failed":
         return "Read the failures above, then run stage=rollback to return the canary node to production."
     if stage == "bake" and outcome == "success":
@@ -117,7 +128,10 @@ def next_step(entry: Mapping[str, Any]) -> str:
     if stage == "rollback" and outcome == "failed" and entry.get("rolled_back"):
         return "The software is back to known-good but the node still fails its gates: take it out of service."
     if stage == "rollback" and outcome == "failed":
-        return "The rollback did not finish: read the failures; the cluster was left as it is for a person to look at."
+        return (
+            "The rollback did not finish: read the failures (the cluster was left as it is for a person to look "
+            "at), fix what they name, then run stage=rollback again."
+        )
     return "Nothing to do."
 
 
@@ -228,6 +242,19 @@ def render_report(entry: Mapping[str, Any]) -> str:
     if problems:
         lines += ["", "## What failed and why", ""]
         lines += [f"- {problem}" for problem in problems]
+    pre_steps = [step for step in entry.get("pre_steps") or [] if isinstance(step, Mapping)]
+    if pre_steps:
+        lines += ["", "## Pre-steps (changed before the upgrade, to be put back)", ""]
+        rows = [
+            [
+                step.get("what"),
+                step.get("object"),
+                step.get("replaced"),
+                "put back" if step.get("restored") else f"STILL CHANGED: restore with `{step.get('restore')}`",
+            ]
+            for step in pre_steps
+        ]
+        lines += _table(["pre-step", "object", "what it replaced", "now"], rows)
     gates = entry.get("gates") or []
     if gates:
         lines += ["", "## Validation gates", ""]

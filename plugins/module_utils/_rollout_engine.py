@@ -21,6 +21,12 @@ steps as named callables. The engine
   nodes already running finish their steps (half a reload is worse than a
   whole one). A failed node halts every later run until a person clears it
   (sets the state annotation to ``pending`` or removes it);
+- undoes, when asked (``RolloutSettings.undo_other_targets``: a rollback), what
+  an earlier run to another target left behind: a node it stopped before the
+  first step that changes the node's component (``changing_step``) never
+  changed, so it is only released (uncordoned unless it was cordoned before,
+  its progress annotations removed, an Event) without running a step; a node
+  it left failed after that step is rolled to this target from the start;
 - returns the timeline: per node, each step with its start, end and outcome.
 """
 
@@ -90,6 +96,8 @@ ACTION_RUN = "run"
 ACTION_RESUME = "resume"
 ACTION_SKIP = "skip"
 ACTION_HALT = "halt"
+ACTION_RELEASE = "release"
+STATE_RELEASED = "released"
 
 # "rollout-" + name + "-initially-unschedulable" must fit a 63-character annotation name.
 _ROLLOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,28}[a-z0-9])?$")
@@ -197,9 +205,25 @@ class Disposition:
     why: str = ""
 
 
-def node_disposition(progress: NodeProgress, *, target: str) -> Disposition:
-    """Decide from the annotations: run, resume where it stopped, skip (done), or halt (failed)."""
+def node_disposition(
+    progress: NodeProgress, *, target: str, undo_other_targets: bool = False, before_change: Sequence[str] = ()
+) -> Disposition:
+    """Decide from the annotations: run, resume where it stopped, skip (done), or halt (failed).
+
+    With ``undo_other_targets`` (a rollback), a node an earlier run to another target left unfinished at one of
+    the ``before_change`` steps never changed: release it. One it left failed later is rolled from the start.
+    """
     state = progress.state or STATE_PENDING
+    if undo_other_targets and progress.unfinished_attempt and progress.target and progress.target != target:
+        where = f"step {progress.step or CORDON_STEP} of the rollout to {progress.target}"
+        if (progress.step or CORDON_STEP) in before_change:
+            return Disposition(
+                action=ACTION_RELEASE,
+                from_step=progress.step or CORDON_STEP,
+                why=f"stopped at {where}, before anything changed: released without running a step",
+            )
+        if state != STATE_IN_PROGRESS:
+            return Disposition(action=ACTION_RUN, why=f"left {state} at {where}; rolled to {target} from the start")
     if state == STATE_PENDING:
         return Disposition(action=ACTION_RUN, why="not started")
     if state == STATE_DONE:
@@ -304,10 +328,20 @@ class RolloutSettings:
     manage_cordon: bool = True
     budget_wait_timeout: float = 0.0
     budget_wait_sleep: float = 10.0
+    # The first of the caller's steps that changes the node's component (the steps before it only prepare);
+    # with undo_other_targets, a node an earlier run to another target left before it is released.
+    changing_step: str = ""
+    undo_other_targets: bool = False
 
     @property
     def keys(self) -> ProgressKeys:
         return ProgressKeys(self.name)
+
+    def steps_before_change(self, step_names: Sequence[str]) -> Tuple[str, ...]:
+        """The engine's cordon and the caller's steps before ``changing_step`` (none when it is not set)."""
+        if not self.changing_step or self.changing_step not in step_names:
+            return ()
+        return (CORDON_STEP, *step_names[: list(step_names).index(self.changing_step)])
 
 
 @dataclass(frozen=True)
@@ -395,6 +429,7 @@ class RolloutPlan:
     skipped: Tuple[str, ...]
     halted_by: Tuple[str, ...]
     resumed: Tuple[str, ...]
+    released: Tuple[str, ...]
     canaries: Tuple[str, ...]
     budget: CapacityBudget
     limits: ScheduleLimits
@@ -441,6 +476,7 @@ class RolloutPlan:
                 for name in self.order
             ],
             "skipped": [{"node": name, "why": self.dispositions[name].why} for name in self.skipped],
+            "released": [{"node": name, "why": self.dispositions[name].why} for name in self.released],
             "halted_by": [{"node": name, "why": self.dispositions[name].why} for name in self.halted_by],
             "steps": [{"name": name, "description": text} for name, text in self.step_descriptions],
             "forecast_order": [name for _when, name in self.forecast.starts],
@@ -454,6 +490,8 @@ def _validate(settings: RolloutSettings, steps: Sequence[NodeStep]) -> None:
     if settings.budget_wait_timeout < 0 or settings.budget_wait_sleep <= 0:
         raise InvalidInputError("budget_wait_timeout must be >= 0 and budget_wait_sleep > 0")
     names = [step.name for step in steps]
+    if settings.changing_step and settings.changing_step not in names:
+        raise InvalidInputError(f"changing_step {settings.changing_step!r} is not one of the steps {names}")
     if any(not name for name in names) or len(set(names)) != len(names):
         raise InvalidInputError(f"Step names must be unique and not empty: {names}")
     reserved = [name for name in names if name in RESERVED_STEP_NAMES]
@@ -484,10 +522,18 @@ def build_plan(
         max_parallel=settings.max_parallel,
         max_per_domain=settings.max_per_domain if settings.failure_domain_label else 0,
     )
+    before_change = settings.steps_before_change([step.name for step in steps])
     dispositions = {
-        name: node_disposition(read_progress(objects[name], keys), target=settings.target) for name in targets
+        name: node_disposition(
+            read_progress(objects[name], keys),
+            target=settings.target,
+            undo_other_targets=settings.undo_other_targets,
+            before_change=before_change,
+        )
+        for name in targets
     }
     skipped = tuple(name for name in targets if dispositions[name].action == ACTION_SKIP)
+    released = tuple(name for name in targets if dispositions[name].action == ACTION_RELEASE)
     halted_by = tuple(name for name in targets if dispositions[name].action == ACTION_HALT)
     resumed = tuple(name for name in targets if dispositions[name].action == ACTION_RESUME)
     to_work = [name for name in targets if dispositions[name].action in (ACTION_RUN, ACTION_RESUME)]
@@ -503,7 +549,7 @@ def build_plan(
         order=settings.order,
     )
     first = ContinuousScheduler(
-        order=tuple(order), limits=limits, canaries=canaries, resumed=resumed, finished=set(skipped)
+        order=tuple(order), limits=limits, canaries=canaries, resumed=resumed, finished={*skipped, *released}
     ).peek(pool)
     # Nodes the forecast keeps unavailable after they finish: those the rollout will leave cordoned.
     stay = [
@@ -516,7 +562,7 @@ def build_plan(
         order=order,
         pool=pool,
         limits=limits,
-        canaries=[name for name in canaries if name not in skipped],
+        canaries=[name for name in canaries if name not in skipped and name not in released],
         resumed=resumed,
         stay_unavailable=stay,
     )
@@ -530,6 +576,7 @@ def build_plan(
         skipped=skipped,
         halted_by=halted_by,
         resumed=resumed,
+        released=released,
         canaries=canaries,
         budget=budget,
         limits=limits,
@@ -589,6 +636,35 @@ def finish_write(node: Mapping[str, Any], *, settings: RolloutSettings, moment: 
     )
 
 
+def release_write(node: Mapping[str, Any], *, settings: RolloutSettings) -> NodeWrite:
+    """Undo the rollout's marks on a node it stopped before changing it: the progress annotations go, and the
+    node is uncordoned unless it was cordoned before the rollout came (nothing else was done to it)."""
+    progress = read_progress(node, settings.keys)
+    release = settings.manage_cordon and node_is_unschedulable(node) and not progress.initially_unschedulable
+    keys = settings.keys
+    progress_keys = (
+        keys.state,
+        keys.step,
+        keys.target,
+        keys.started_at,
+        keys.step_started_at,
+        keys.finished_at,
+        keys.message,
+        keys.initially_unschedulable,
+    )
+    annotations: Dict[str, Optional[str]] = dict.fromkeys(progress_keys)
+    kept = " (left cordoned: it was cordoned before the rollout)" if progress.initially_unschedulable else ""
+    return NodeWrite(
+        annotations=annotations,
+        unschedulable=False if release else None,
+        event_message=(
+            f"Rollout {settings.name} to {progress.target or 'another version'} stopped on this node at step "
+            f"{progress.step or CORDON_STEP}, before anything changed; released for {settings.target or 'the rollback'}"
+            f"{' and uncordoned' if release else ''}, nothing evicted{kept}"
+        ),
+    )
+
+
 def fail_write(*, settings: RolloutSettings, step: str, reason: str, moment: str) -> NodeWrite:
     """Mark failed and say why; the node is left as it is (cordoned) for a person to read."""
     return NodeWrite(
@@ -616,6 +692,8 @@ class RolloutCluster(Protocol):
     def finish_node(self, name: str) -> None: ...
 
     def fail_node(self, name: str, *, step: str, reason: str) -> None: ...
+
+    def release_node(self, name: str) -> None: ...
 
 
 class KubeRolloutCluster:
@@ -665,6 +743,10 @@ class KubeRolloutCluster:
 
     def fail_node(self, name: str, *, step: str, reason: str) -> None:
         self._apply(name, fail_write(settings=self.settings, step=step, reason=reason, moment=iso(self.now())))
+
+    def release_node(self, name: str) -> None:
+        node = get_node(self.api, name)
+        self._apply(name, release_write(node, settings=self.settings))
 
     def _apply(self, name: str, write: NodeWrite, *, resource_version: Optional[str] = None) -> None:
         node = patch_node(
@@ -752,6 +834,22 @@ class _NodeWorker:
         run.seconds = self.clock() - began
         return run
 
+    def release(self, name: str) -> NodeRun:
+        """A node an earlier run stopped before changing it: take the rollout's marks off, run no step."""
+        disposition = self.plan.dispositions[name]
+        run = NodeRun(node=name, action=ACTION_RELEASE, why=disposition.why, started=iso(self.now()))
+        began = self.clock()
+        try:
+            self._timed(run, UNCORDON_STEP, lambda: self.cluster.release_node(name))
+            run.outcome = STATE_RELEASED
+        except GpuFleetError as err:
+            run.outcome = STATE_FAILED
+            run.failed_step = UNCORDON_STEP
+            run.error = f"could not release the node: {err.msg}"
+        run.ended = iso(self.now())
+        run.seconds = self.clock() - began
+        return run
+
     def _resume_index(self, disposition: Disposition) -> int:
         if disposition.action != ACTION_RESUME or not disposition.from_step:
             return 0
@@ -813,7 +911,7 @@ def execute_rollout(
         result.update(_summary(plan, runs=[], waiting={}), halted=True, halt_reason=plan.halt_message)
         raise RolloutHaltedError(plan.halt_message, node=plan.halted_by[0], result=result)
     if check_mode:
-        result["changed"] = bool(plan.order)
+        result["changed"] = bool(plan.order or plan.released)
         result.update(_summary(plan, runs=[], waiting=dict(plan.first_decision.waiting)))
         result.update(halted=False, halt_reason="", elapsed=clock() - started)
         return result
@@ -824,13 +922,14 @@ def execute_rollout(
         limits=plan.limits,
         canaries=plan.canaries,
         resumed=plan.resumed,
-        finished=set(plan.skipped),
+        finished={*plan.skipped, *plan.released},
     )
 
     def observe() -> Dict[str, PoolNode]:
         return pool_from_objects(cluster.pool_nodes(), domain_label=settings.failure_domain_label)
 
-    runs: List[NodeRun] = []
+    # Released nodes only become available again: no budget to ask, before anything starts.
+    runs: List[NodeRun] = [worker.release(name) for name in plan.released]
     halt_reason = ""
     peak_unavailable = 0
     last_decision = plan.first_decision
@@ -936,6 +1035,7 @@ def _summary(plan: RolloutPlan, *, runs: Sequence[NodeRun], waiting: Mapping[str
     return {
         "nodes_done": [run.node for run in runs if run.outcome == STATE_DONE],
         "nodes_failed": [run.node for run in runs if run.outcome == STATE_FAILED] + list(plan.halted_by),
+        "nodes_released": [run.node for run in runs if run.outcome == STATE_RELEASED],
         "nodes_skipped": list(plan.skipped),
         "nodes_not_started": not_started,
         "max_unavailable": plan.budget.max_unavailable,

@@ -160,6 +160,16 @@ options:
     description: Name of the rollout in the node annotations (1-30 lowercase letters, digits or C(-)).
     type: str
     default: ofed
+  rollback:
+    description:
+      - This run undoes an earlier rollout to another version (O(mode=rolling)). A node that rollout left failed or
+        interrupted before its MOFED pod was touched (at C(cordon), C(wait-for-jobs) or C(evict-pods)) never
+        changed; it is released without running a step (no eviction), its rollout annotations are removed and it
+        is uncordoned unless it was cordoned before, with an Event saying so. A node it left failed later is
+        reloaded to O(target_version) from the first step.
+      - Without it, such nodes halt the rollout until a person clears them.
+    type: bool
+    default: false
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -325,6 +335,7 @@ def argument_spec():
         restart_limit={"type": "int", "default": 3},
         budget_timeout={"type": "int", "default": 600},
         rollout_name={"type": "str", "default": "ofed"},
+        rollback={"type": "bool", "default": False},
     )
     spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=5.0))
     return spec
@@ -361,6 +372,7 @@ def rollout_options(module):
         wait_timeout=params["wait_timeout"],
         wait_sleep=params["wait_sleep"],
         rollout_name=params["rollout_name"],
+        rollback=params["rollback"],
         check_mode=module.check_mode,
     )
 

@@ -233,6 +233,20 @@ def test_pdb_that_never_allows_halts_naming_the_node(twin_factory, tmp_path):
     run, result = run_module(twin, tmp_path, {"max_unavailable": 2})
     assert run.returncode != 0 and "halted by a failed node" in result["msg"], run.output
 
+    # Rolling back to the version every node still runs: the node never changed (it stopped at evict-pods), so it
+    # is released without an eviction, although the PodDisruptionBudget still refuses every one.
+    twin.admin("POST", "report/reset")
+    run, result = run_module(twin, tmp_path, {"target_version": OLD, "rollback": True, "max_unavailable": 2})
+    assert run.returncode == 0, run.output
+    assert result["nodes_released"] == [first] and result["nodes_done"] == []
+    assert twin.report()["requests"]["by_verb_resource"].get("create pods/eviction", 0) == 0
+    node = workers(twin)[first]
+    assert not node["spec"].get("unschedulable")
+    assert not [key for key in node["metadata"].get("annotations", {}) if key.startswith("gpufleet.io/rollout-ofed")]
+    assert set(mofed_versions(twin).values()) == {OLD}
+    run, result = run_module(twin, tmp_path, {"target_version": OLD, "rollback": True, "max_unavailable": 2})
+    assert run.returncode == 0 and result["changed"] is False, run.output
+
 
 def test_already_cordoned_node_is_counted_and_left_cordoned(twin_factory, tmp_path):
     twin = twin_factory()

@@ -173,3 +173,33 @@ def test_helpers() -> None:
     assert next_step({"stage": "bake", "outcome": "failed", "rolled_back": True}).startswith(
         "The canary was rolled back"
     )
+
+
+def test_next_of_a_failure_is_a_stage_that_works_from_where_it_stopped() -> None:
+    nothing_changed = {"stage": "canary", "outcome": "failed", "cluster_changed": False}
+    assert "run stage=canary again" in next_step(nothing_changed) and "rollback" not in next_step(nothing_changed)
+    assert "stage=rollback" in next_step({"stage": "canary", "outcome": "failed", "cluster_changed": True})
+    assert "run stage=rollback again" in next_step({"stage": "rollback", "outcome": "failed"})
+
+
+def test_pre_steps_left_in_place_are_named_with_the_command_that_restores_them() -> None:
+    restore = "ansible-playbook playbooks/upgrade.yml -e stage=rollback"
+    entry = canary_entry(
+        outcome="failed",
+        message="Network Operator 24.7.0 -> 24.10.0 failed",
+        pre_steps=[
+            {"what": "SR-IOV operator scaled to 0", "object": "Deployment ns/sriov-network-operator",
+             "replaced": "spec.replicas", "restored": True, "restore": restore},
+            {"what": "default SriovNetworkNodePolicy deleted", "object": "SriovNetworkNodePolicy ns/default",
+             "replaced": "the policy", "restored": False, "restore": restore},
+        ],
+    )  # fmt: skip
+    text = render_report(entry)
+    assert "## Pre-steps" in text
+    assert "| SR-IOV operator scaled to 0 | Deployment ns/sriov-network-operator | spec.replicas | put back |" in text
+    assert f"| STILL CHANGED: restore with `{restore}` |" in text
+    assert (
+        f"default SriovNetworkNodePolicy deleted (SriovNetworkNodePolicy ns/default) is still changed: "
+        f"restore with `{restore}`"
+    ) in failures(entry)
+    assert not [item for item in failures(entry) if "SR-IOV operator scaled" in item]

@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import node_is_unavailable
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
     ACTION_HALT,
+    ACTION_RELEASE,
     ACTION_RESUME,
     ACTION_RUN,
     ACTION_SKIP,
@@ -39,6 +40,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     finish_write,
     node_disposition,
     read_progress,
+    release_write,
     start_annotations,
     step_write,
     unfinished_nodes,
@@ -121,6 +123,10 @@ class MemoryCluster:
     def fail_node(self, name: str, *, step: str, reason: str) -> None:
         with self.lock:
             self._apply(name, fail_write(settings=self.settings, step=step, reason=reason, moment=iso(self.now())))
+
+    def release_node(self, name: str) -> None:
+        with self.lock:
+            self._apply(name, release_write(self.nodes[name], settings=self.settings))
 
     def _apply(self, name: str, write: NodeWrite) -> None:
         # What a JSON merge patch does to the node: new objects, None removes.
@@ -628,3 +634,72 @@ def test_rollout_waits_for_the_budget_when_asked_to():
     result = run(cluster, ["a"], StepLog().steps(), clock=fake.monotonic, pause=fake.sleep)
     assert result["nodes_done"] == ["a"]
     assert fake.now == 60
+
+
+# -- a rollback: what an earlier rollout to another target left behind --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("progress", "action"),
+    [
+        (NodeProgress(state="failed", target="new", step="evict", started_at="x"), ACTION_RELEASE),
+        (NodeProgress(state="in-progress", target="new", step="cordon", started_at="x"), ACTION_RELEASE),
+        (NodeProgress(state="pending", target="new", step="evict", started_at="x"), ACTION_RELEASE),
+        (NodeProgress(state="failed", target="new", step="reload", started_at="x"), ACTION_RUN),
+        (NodeProgress(state="in-progress", target="new", step="reload", started_at="x"), ACTION_RESUME),
+        # Failed for this very target: a person decides (the halt stays).
+        (NodeProgress(state="failed", target="t", step="evict", started_at="x"), ACTION_HALT),
+    ],
+)
+def test_a_rollback_releases_nodes_that_never_changed(progress, action):
+    disposition = node_disposition(progress, target="t", undo_other_targets=True, before_change=("cordon", "evict"))
+    assert disposition.action == action, disposition
+    # Without the rollback flag, a failed node halts whatever its target.
+    if progress.state == "failed":
+        assert node_disposition(progress, target="t", before_change=("cordon", "evict")).action == ACTION_HALT
+
+
+def test_rollback_releases_a_node_halted_before_the_change_without_running_a_step():
+    new, old = "25.01-0.6.0.0", "24.07-0.6.1.0"
+    nodes = [make_node(f"gpu-worker-{i}") for i in range(1, 4)]
+    canary = make_node("gpu-worker-4")
+    already = make_node("gpu-worker-5", cordoned=True)
+    nodes += [canary, already]
+    forward = settings(target=new, max_unavailable=2, max_parallel=1)
+    cluster = MemoryCluster(nodes, settings=forward)
+    failing = StepLog(fail_on={"gpu-worker-4": "evict", "gpu-worker-5": "evict"})
+    for name in ("gpu-worker-4", "gpu-worker-5"):
+        with pytest.raises(RolloutHaltedError):
+            run(cluster, [name], [failing.step("evict"), failing.step("reload")])
+    assert cluster.cordoned("gpu-worker-4") and cluster.state("gpu-worker-4").step == "evict"
+
+    back = settings(target=old, max_unavailable=2, max_parallel=1, changing_step="reload", undo_other_targets=True)
+    cluster.settings = back
+    log = StepLog()
+    steps = [log.step("evict"), log.step("reload")]
+    plan = run(cluster, ["gpu-worker-4", "gpu-worker-5"], steps, check_mode=True)["plan"]
+    assert [item["node"] for item in plan["released"]] == ["gpu-worker-4", "gpu-worker-5"]
+    assert plan["nodes"] == []
+    result = run(cluster, ["gpu-worker-4", "gpu-worker-5"], steps)
+    assert log.calls == []  # no eviction, no reload
+    assert result["nodes_released"] == ["gpu-worker-4", "gpu-worker-5"]
+    assert [entry["outcome"] for entry in result["timeline"]] == ["released", "released"]
+    assert not cluster.cordoned("gpu-worker-4")
+    assert cluster.cordoned("gpu-worker-5")  # cordoned before the rollout came: left so
+    for name in ("gpu-worker-4", "gpu-worker-5"):
+        assert not [key for key in cluster.nodes[name]["metadata"]["annotations"] if key.startswith("gpufleet.io/")]
+    released = [e for e in cluster.events if e["node"] == "gpu-worker-4" and e["type"] == "Normal"][-1]
+    assert "before anything changed" in released["message"] and "nothing evicted" in released["message"]
+    # Nothing is left to undo: a second rollback changes nothing.
+    again = run(cluster, [], steps)
+    assert again["changed"] is False
+
+
+def test_changing_step_must_be_one_of_the_steps():
+    with pytest.raises(InvalidInputError, match="changing_step"):
+        build_plan(
+            settings=settings(changing_step="flash"),
+            targets=[],
+            steps=StepLog().steps(),
+            pool_nodes=[make_node("a")],
+        )
