@@ -74,9 +74,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     StepContext,
     drain_step,
     execute_rollout,
-    iso,
     unfinished_nodes,
-    utc_now,
     wait_for_jobs_step,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import (
@@ -86,6 +84,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule
     pool_from_objects,
     rollout_order,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 _POLICY_CONFLICT_RETRIES = 5

@@ -111,15 +111,15 @@ api_requests:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import LeaseSettings, run_stage_lease
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 
 
 def argument_spec():
@@ -134,26 +134,29 @@ def argument_spec():
     return spec
 
 
+def take_or_release(module):
+    params = module.params
+    settings = LeaseSettings(
+        namespace=params["namespace"],
+        name=params["name"],
+        holder=params["holder"],
+        duration_seconds=params["duration"],
+    )
+    # This module manages the Lease itself: it does not renew one handed over in the environment.
+    api = KubeApi.from_params(params, keep_stage_lease=False)
+    return run_stage_lease(api, settings=settings, state=params["state"], check_mode=module.check_mode)
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    for library, error in missing_libraries():
-        module.fail_json(msg=missing_required_lib(library), exception=error)
     params = module.params
     verb = "take" if params["state"] == "present" else "release"
-    try:
-        settings = LeaseSettings(
-            namespace=params["namespace"],
-            name=params["name"],
-            holder=params["holder"],
-            duration_seconds=params["duration"],
-        )
-        # This module manages the Lease itself: it does not renew one handed over in the environment.
-        api = KubeApi.from_params(params, keep_stage_lease=False)
-        result = run_stage_lease(api, settings=settings, state=params["state"], check_mode=module.check_mode)
-    except GpuFleetError as err:
-        module.fail_json(msg=f"Failed to {verb} the stage Lease {params['namespace']}/{params['name']}: {err.msg}",
-                         **err.result)  # fmt: skip
-    module.exit_json(**result)
+    run_module(
+        module,
+        lambda: take_or_release(module),
+        failure=f"Failed to {verb} the stage Lease {params['namespace']}/{params['name']}",
+        missing=missing_libraries(),
+    )
 
 
 if __name__ == "__main__":
