@@ -430,6 +430,7 @@ def judge_gpu_errors(
     xid_samples: Optional[Any] = None,
 ) -> Tuple[bool, str, Dict[str, Any]]:
     query = parse_smi_query_csv(logs.get("ecc", ""))
+    query.require_fields(ECC_FIELDS)
     gpus = ecc_counters(query)
     problems = [f"GPU {bus} is lost: {message} (XID 79, fallen off the bus)" for bus, message in query.lost_gpus]
     if not gpus and not query.lost_gpus:
