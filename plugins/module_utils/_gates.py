@@ -51,6 +51,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse impo
     parse_smoke_log,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import JOBS, PODS, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import (
+    describe_object,
+    object_field,
+    object_items,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 GATE_NAMES = ("smoke_training", "smoke_inference", "rdma", "gpu_errors", "dcgm_diag")
@@ -430,6 +435,7 @@ def judge_gpu_errors(
     xid_samples: Optional[Any] = None,
 ) -> Tuple[bool, str, Dict[str, Any]]:
     query = parse_smi_query_csv(logs.get("ecc", ""))
+    query.require_fields(ECC_FIELDS)
     gpus = ecc_counters(query)
     problems = [f"GPU {bus} is lost: {message} (XID 79, fallen off the bus)" for bus, message in query.lost_gpus]
     if not gpus and not query.lost_gpus:
@@ -551,25 +557,39 @@ class PodSituation:
 def pod_situation(pod: Optional[Mapping[str, Any]]) -> PodSituation:
     if pod is None:
         return PodSituation(finished=False, phase="", problem="no pod created yet")
-    status = pod.get("status") or {}
+    status = object_field(pod, "status")
     phase = str(status.get("phase") or "Pending")
     exit_codes = {}
     problem = ""
-    for container in status.get("containerStatuses") or []:
-        state = container.get("state") or {}
-        terminated = state.get("terminated")
+    for index, container in enumerate(object_items(pod, "status", "containerStatuses")):
+        where = f"status.containerStatuses[{index}]"
+        state = _field_of(pod, container, where, "state")
+        terminated = _field_of(pod, state, where + ".state", "terminated")
         if terminated:
-            exit_codes[str(container.get("name"))] = int(terminated.get("exitCode") or 0)
-        waiting = state.get("waiting") or {}
+            exit_code = terminated.get("exitCode") or 0
+            if not isinstance(exit_code, int) or isinstance(exit_code, bool):
+                raise KubeApiError(f"{describe_object(pod)}: {where}.state.terminated.exitCode is {exit_code!r}")
+            exit_codes[str(container.get("name"))] = exit_code
+        waiting = _field_of(pod, state, where + ".state", "waiting")
         if waiting.get("reason") in _NOT_STARTING:
             problem = (
                 f"container {container.get('name')}: {waiting.get('reason')} {waiting.get('message') or ''}".strip()
             )
     if phase == "Pending" and not problem:
-        for condition in status.get("conditions") or []:
+        for condition in object_items(pod, "status", "conditions"):
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
                 problem = f"not scheduled: {condition.get('message') or condition.get('reason') or 'Unschedulable'}"
     return PodSituation(finished=phase in ("Succeeded", "Failed"), phase=phase, problem=problem, exit_codes=exit_codes)
+
+
+def _field_of(obj: Mapping[str, Any], parent: Mapping[str, Any], where: str, key: str) -> Dict[str, Any]:
+    """``parent[key]`` as an object (empty when absent); another type names ``obj`` and the field."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise KubeApiError(f"{describe_object(obj)}: {where}.{key} is not an object ({value!r:.60})")
+    return value
 
 
 # -- I/O ------------------------------------------------------------------------------------------
@@ -590,7 +610,7 @@ def _newest(pods: Sequence[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
 
 
 def _owned_by_job(pod: Mapping[str, Any], job_name: str) -> bool:
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    owners = object_items(pod, "metadata", "ownerReferences")
     return any(owner.get("kind") == "Job" and owner.get("name") == job_name for owner in owners)
 
 
@@ -675,7 +695,7 @@ def run_gates(
 
 def job_failure(job: Optional[Mapping[str, Any]]) -> str:
     """Why a Job failed (DeadlineExceeded, BackoffLimitExceeded...), or "" when it has not."""
-    for condition in ((job or {}).get("status") or {}).get("conditions") or []:
+    for condition in object_items(job or {}, "status", "conditions"):
         if condition.get("type") == "Failed" and condition.get("status") == "True":
             return f"{condition.get('reason') or 'Failed'}: {condition.get('message') or 'the Job failed'}"
     return ""

@@ -99,6 +99,15 @@ class SmiQuery:
 
     rows: List[Dict[str, Optional[str]]]
     lost_gpus: List[Tuple[str, str]] = field(default_factory=list)  # (bus id, message)
+    fields: List[str] = field(default_factory=list)  # the header's field names, units stripped
+
+    def require_fields(self, wanted: Sequence[str]) -> None:
+        """Output of another query (or whose header went missing) is unreadable: it cannot prove what was asked."""
+        missing = [name for name in wanted if name not in self.fields]
+        if self.fields and missing:
+            raise UnreadableOutputError(
+                f"nvidia-smi CSV has no column {', '.join(missing)} (header {', '.join(self.fields)[:200]!r})"
+            )
 
 
 def smi_value(value: Optional[str]) -> Optional[str]:
@@ -144,7 +153,7 @@ def parse_smi_query_csv(text: str) -> SmiQuery:
                 f"{','.join(record)[:200]!r}"
             )
         rows.append({name: smi_value(record[position]) for position, name in enumerate(header)})
-    return SmiQuery(rows=rows, lost_gpus=lost)
+    return SmiQuery(rows=rows, lost_gpus=lost, fields=header)
 
 
 @dataclass
@@ -197,8 +206,12 @@ def _count(row: Mapping[str, Optional[str]], name: str) -> Optional[int]:
 
 def ecc_counters(query: SmiQuery) -> List[GpuEccCounters]:
     """Per-GPU ECC counters from the CSV rows (``ecc.errors.{corrected,uncorrected}.{volatile,aggregate}.total``)."""
-    counters = []
+    counters: List[GpuEccCounters] = []
     for row in query.rows:
+        for name in ("index", "pci.bus_id", "uuid"):
+            value = row.get(name)
+            if value and any(row.get(name) == other.get(name) for other in query.rows[: len(counters)]):
+                raise UnreadableOutputError(f"nvidia-smi lists the GPU with {name} {value} twice")
         counters.append(
             GpuEccCounters(
                 index=row.get("index") or "",
@@ -263,12 +276,25 @@ class Ibstat:
         return [port for device in self.devices for port in device.ports]
 
 
+# What ibstat prints for every port (rdma-core infiniband-diags/ibstat.c, port_dump): a port block without one of
+# these was cut short or is not ibstat's. Link layer is the kernel's sysfs link_layer word.
+_PORT_KEYS = ("state", "physical state", "rate", "link layer")
+_LINK_LAYERS = ("InfiniBand", "Ethernet", "Unknown")
+
+
 def parse_ibstat(text: str) -> Ibstat:
-    """Parse ``ibstat`` output (all devices or one), indented with tabs or spaces."""
+    """Parse ``ibstat`` output (all devices or one), indented with tabs or spaces.
+
+    Output that is not whole is unreadable, never a shorter pass: each ``CA`` block must list the ports its
+    ``Number of ports`` line announces, each port its State, Physical state, Rate and Link layer, each once.
+    """
     devices: List[IbDevice] = []
+    declared: Dict[str, int] = {}
     panic = ""
     device: Optional[IbDevice] = None
     port: Optional[IbPortStatus] = None
+    seen: set = set()  # the keys of the current CA or port block
+    port_keys: Dict[str, set] = {}
     for raw in (text or "").splitlines():
         line = raw.strip()
         if not line:
@@ -280,7 +306,7 @@ def parse_ibstat(text: str) -> Ibstat:
         if ca:
             device = IbDevice(name=ca.group(1))
             devices.append(device)
-            port = None
+            port, seen = None, set()
             continue
         if device is None:
             # A shell prompt or the command echoed before the first block.
@@ -288,17 +314,28 @@ def parse_ibstat(text: str) -> Ibstat:
         port_match = _PORT_LINE.match(line)
         if port_match:
             port = IbPortStatus(device=device.name, port=int(port_match.group(1)))
+            if any(other.port == port.port for other in device.ports):
+                raise UnreadableOutputError(f"ibstat lists port {port.name} twice")
             device.ports.append(port)
+            seen = port_keys[port.name] = set()
             continue
         pair = _KEY_VALUE.match(line)
         if not pair:
             raise UnreadableOutputError(f"ibstat line {raw.strip()[:120]!r} is not 'Key: value'")
         key, value = pair.group(1).strip().lower(), pair.group(2).strip()
+        if key in seen:
+            where = f"port {port.name}" if port is not None else f"CA '{device.name}'"
+            raise UnreadableOutputError(f"ibstat {where} has {pair.group(1).strip()!r} twice")
+        seen.add(key)
         if port is None:
             if key == "ca type":
                 device.ca_type = value
             elif key == "firmware version":
                 device.firmware = value
+            elif key == "number of ports":
+                if not value.isdigit():
+                    raise UnreadableOutputError(f"ibstat CA '{device.name}' number of ports {value!r} is not a number")
+                declared[device.name] = int(value)
             continue
         if key == "state":
             port.state = value
@@ -306,19 +343,43 @@ def parse_ibstat(text: str) -> Ibstat:
             port.physical_state = value
         elif key == "rate":
             try:
-                port.rate = int(float(value))
-            except ValueError as err:
+                port.rate = int(float(value.split(" ", 1)[0]))  # "400", "2.5", "40 (FDR10)"
+            except (ValueError, OverflowError) as err:
                 raise UnreadableOutputError(f"ibstat port {port.name} rate {value!r} is not a number") from err
         elif key == "link layer":
+            if value not in _LINK_LAYERS:
+                raise UnreadableOutputError(f"ibstat port {port.name} link layer {value!r} is not one ibstat prints")
             port.link_layer = value
     if not devices and not panic:
         raise UnreadableOutputError("ibstat printed no CA block (expected CA '<device>' with its ports)")
+    if not panic:
+        # ibstat stops at its panic; what it printed before is judged, and the panic fails the gate anyway.
+        _check_whole(devices, declared, port_keys)
     return Ibstat(devices=devices, panic=panic)
+
+
+def _check_whole(devices: Sequence[IbDevice], declared: Mapping[str, int], port_keys: Mapping[str, set]) -> None:
+    for device in devices:
+        if device.name not in declared:
+            raise UnreadableOutputError(f"ibstat CA '{device.name}' has no 'Number of ports' line (output cut short?)")
+        # Port 0 is listed too on switches, so at least as many as announced.
+        if len(device.ports) < declared[device.name]:
+            raise UnreadableOutputError(
+                f"ibstat CA '{device.name}' announces {declared[device.name]} ports and lists {len(device.ports)} "
+                "(output cut short?)"
+            )
+        for port in device.ports:
+            missing = [key for key in _PORT_KEYS if key not in port_keys.get(port.name, set())]
+            if missing:
+                names = ", ".join(key.capitalize() for key in missing)
+                raise UnreadableOutputError(f"ibstat port {port.name} has no {names} line (output cut short?)")
 
 
 # -- dcgmi diag ---------------------------------------------------------------------------------
 
 _SECTION = re.compile(r"^[|+]-+\s+(\w[\w ]*?)\s+-+\+")
+# The line that closes the table: dashes only (a section line carries its name).
+_BOTTOM_BORDER = re.compile(r"^\+-+\+-+\+\s*$")
 _GPU_LIST = re.compile(r"GPUs?:\s*([\d,\s]+)")
 _V4_GPU_ROW = re.compile(r"^GPU(\d+):\s*(\w+)")
 _MESSAGE_LABELS = ("Warning", "Error", "Info")
@@ -344,7 +405,8 @@ class DiagTest:
 
     @property
     def failed(self) -> bool:
-        return self.result == "Fail" or bool(self.failed_gpus)
+        # dcgmi prints Error rows for failures only: one under a test fails it even when its result row is lost.
+        return self.result == "Fail" or bool(self.failed_gpus) or any(m.kind == "Error" for m in self.messages)
 
     def as_dict(self) -> Dict[str, Any]:
         return {
@@ -436,6 +498,9 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
         name, raw_value = cells
         value = raw_value.strip()
         if category == "Metadata":
+            if _result_word(value):
+                # A section line is missing: tests would be read as metadata and their results ignored.
+                raise UnreadableOutputError(f"dcgmi diag row {name!r} has a test result in the Metadata section")
             if name:
                 metadata[name] = value
             continue
@@ -465,11 +530,16 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
                 current.passed_gpus.extend(_gpu_numbers(value))
             continue
         if not name:
+            if _result_word(value) or _V4_GPU_ROW.match(value):
+                # A per-GPU result under no test: the test's own row is missing.
+                raise UnreadableOutputError(f"dcgmi diag row {value!r} belongs to no test (a row is missing)")
             continue
         word = _result_word(value)
         if not word:
             raise UnreadableOutputError(f"dcgmi diag row {name!r} has no result (found {value!r})")
         message = None
+        if any(test.name == name for test in tests):
+            raise UnreadableOutputError(f"dcgmi diag lists test {name!r} twice")
         current = DiagTest(name=name, category=category, result=word)
         if word == "Fail":
             current.failed_gpus.extend(_gpu_numbers(value))
@@ -481,7 +551,16 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
             item.text = item.text.strip()
     if not tests:
         raise UnreadableOutputError("dcgmi diag printed a table with no test results")
+    table = [line.strip() for line in lines[start + 1 :] if line.strip().startswith(("|", "+"))]
+    if not _BOTTOM_BORDER.match(table[-1]):
+        # A table cut short would pass on the rows it kept.
+        raise UnreadableOutputError(
+            f"dcgmi diag table ends at {table[-1][:80]!r}, not at its bottom border (cut short?)"
+        )
     version = metadata.get("DCGM Version", "")
+    if not version:
+        raise UnreadableOutputError("dcgmi diag table has no DCGM Version in its Metadata section (a part is missing)")
+    _check_every_gpu_reported(tests, metadata.get("GPU Device IDs Detected", ""))
     major = version.split(".", 1)[0]
     # DCGM 4.x names its sections in lower case (software, pcie, memory) and prints per-GPU rows.
     layout = 4 if (major.isdigit() and int(major) >= 4) or all(t.name.islower() for t in tests) else 3
@@ -491,6 +570,21 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
         layout=layout,
         tests=tests,
     )
+
+
+def _check_every_gpu_reported(tests: Sequence[DiagTest], device_ids: str) -> None:
+    """A test that names GPUs (``Pass - GPUs: 0, 2, 3``, ``GPU0: Pass``) names each GPU dcgmi detected.
+
+    One missing is a lost row (``Fail - GPU: 1`` under the Pass row), and reading the rest would pass it.
+    """
+    detected = len([part for part in device_ids.split(",") if part.strip()])
+    for test in tests:
+        named = set(test.passed_gpus) | set(test.failed_gpus)
+        if detected and named and len(named) < detected:
+            raise UnreadableOutputError(
+                f"dcgmi diag test {test.name!r} reports GPUs {', '.join(map(str, sorted(named)))} of the "
+                f"{detected} it detected (a row is missing)"
+            )
 
 
 # -- kernel log XIDs -------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     KubeApiError,
     KubeUnreachableError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import type_name
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import LeaseKeeper, LeaseSettings, StageLease
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import THIS_CONTROLLER
 
@@ -241,13 +242,22 @@ class KubeApi:
         more_pages = True
         while more_pages:
             page = self.request("GET", path, query=query)
-            for item in page.get("items") or []:
+            where = f"GET {path} answered a {ref.kind} list whose"
+            items = page.get("items") or []
+            if not isinstance(items, list):
+                raise KubeApiError(f"{where} items is {type_name(items)}", method="GET", path=path)
+            for index, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise KubeApiError(f"{where} items[{index}] is {type_name(item)}", method="GET", path=path)
                 # Lists carry kind/apiVersion on the list only; put them back on
                 # each item so callers can treat items like any other object.
                 item.setdefault("kind", ref.kind)
                 item.setdefault("apiVersion", ref.api_version)
                 yield item
-            token = (page.get("metadata") or {}).get("continue")
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") if isinstance(metadata, dict) else None
+            if token is not None and not isinstance(token, str):
+                raise KubeApiError(f"{where} metadata.continue is {type_name(token)}", method="GET", path=path)
             query["continue"] = token
             more_pages = bool(token)
 
@@ -342,7 +352,23 @@ class KubeApi:
         payload = self._request_payload(
             method, path, query=query, body=body, content_type=content_type, retry_statuses=retry_statuses
         )
-        return decode_json(payload) if payload else {}
+        if not payload:
+            return {}
+        try:
+            decoded = decode_json(payload)
+        except ValueError as err:  # also UnicodeDecodeError
+            raise KubeApiError(
+                f"{method} {path} answered {len(payload)} bytes that are not JSON ({err}): {payload[:80]!r}",
+                method=method,
+                path=path,
+            ) from err
+        if not isinstance(decoded, dict):
+            raise KubeApiError(
+                f"{method} {path} answered {type_name(decoded)} where a JSON object was expected",
+                method=method,
+                path=path,
+            )
+        return decoded
 
     def read_pod_log(
         self,
@@ -484,7 +510,21 @@ class KubeApi:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 if line.strip():
-                    yield json.loads(line)
+                    yield _watch_event(line, path=path)
+
+
+def _watch_event(line: bytes, *, path: str) -> Dict[str, Any]:
+    try:
+        event = json.loads(line)
+    except ValueError as err:
+        raise KubeApiError(
+            f"GET {path} (watch) sent a line that is not JSON: {line[:80]!r}", method="GET", path=path
+        ) from err
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        raise KubeApiError(
+            f"GET {path} (watch) sent an event without an object: {line[:80]!r}", method="GET", path=path
+        )
+    return event
 
 
 def _server_date(headers: Dict[str, Any]) -> datetime.datetime:

@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     WaitTimeoutError,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import NODES, PDBS, PODS, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import object_field
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     node_is_ready,
     node_is_unschedulable,
@@ -189,7 +190,7 @@ class PodEvictionPlan:
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+    meta = object_field(pod, "metadata")
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
@@ -415,7 +416,7 @@ def wait_for_node_ready(
     def rebooted_and_ready(node: Optional[Dict[str, Any]]) -> bool:
         if node is None or not node_is_ready(node):
             return False
-        boot_id = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
+        boot_id = object_field(node, "status", "nodeInfo").get("bootID", "")
         return not previous_boot_id or boot_id != previous_boot_id
 
     what = f"node {name} to be Ready" + (" after a reboot" if previous_boot_id else "")
@@ -596,7 +597,7 @@ class JobsWaitResult:
 
 
 def unfinished_pods(pods: Sequence[Mapping[str, Any]]) -> List[str]:
-    return sorted(pod_key(pod) for pod in pods if (pod.get("status") or {}).get("phase") not in _FINISHED_PHASES)
+    return sorted(pod_key(pod) for pod in pods if object_field(pod, "status").get("phase") not in _FINISHED_PHASES)
 
 
 def wait_for_jobs(

@@ -314,7 +314,14 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
         raise MatrixError(file=source, key=exc.key, found=exc.found, expected=exc.expected, hint=exc.hint) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "the text"
+        position = getattr(exc, "position", None)  # a ReaderError (a character YAML refuses) has no mark
+        if mark is not None:
+            where = f"line {mark.line + 1}, column {mark.column + 1}"
+        elif isinstance(position, int):
+            line_start = text.rfind("\n", 0, position) + 1
+            where = f"line {text.count(chr(10), 0, position) + 1}, column {position - line_start + 1}"
+        else:
+            where = "the text"
         raise MatrixError(
             file=source, found=f"invalid YAML at {where}", expected="a YAML document", hint=str(exc).splitlines()[0]
         ) from exc

@@ -83,15 +83,47 @@ PROGRESS_FINISHED = frozenset({PROGRESS_COMPLETED, PROGRESS_FAILED})
 # -- pure helpers -------------------------------------------------------------------------------
 
 
+_TYPE_NAMES: Dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def body_field(body: Mapping[str, Any], key: str, kind: type, *, where: str = "") -> Any:
+    """``body[key]`` when it is a ``kind`` (dict, list, str), an empty one when absent or null.
+
+    Another type is the BMC answering what Redfish does not define: a RedfishError naming the resource
+    (``where``, else its ``@odata.id``) and the property, rather than a TypeError deep in a caller.
+    """
+    value = body.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        resource = where or (body.get("@odata.id") if isinstance(body.get("@odata.id"), str) else "") or "a resource"
+        raise RedfishError(f"{resource}: {key} is {_type_name(value)}, expected {_TYPE_NAMES.get(kind, kind.__name__)}")
+    return value
+
+
 def extended_messages(body: Any) -> List[Dict[str, str]]:
-    """The ``@Message.ExtendedInfo`` entries of an error (or success) body: MessageId, Message, Severity."""
+    """The ``@Message.ExtendedInfo`` entries of an error (or success) body: MessageId, Message, Severity.
+
+    Lenient on purpose: this describes an answer already being reported, and entries of another shape are left out.
+    """
     if not isinstance(body, Mapping):
         return []
     infos: List[Any] = []
     error = body.get("error")
-    if isinstance(error, Mapping):
-        infos.extend(error.get("@Message.ExtendedInfo") or [])
-    infos.extend(body.get("@Message.ExtendedInfo") or [])
+    for holder in (error, body):
+        found = holder.get("@Message.ExtendedInfo") if isinstance(holder, Mapping) else None
+        if isinstance(found, list):
+            infos.extend(found)
     messages = []
     for info in infos:
         if isinstance(info, Mapping):
@@ -164,7 +196,7 @@ def task_progress(task: Mapping[str, Any]) -> UpdateProgress:
     """
     state = str(task.get("TaskState") or "")
     status = str(task.get("TaskStatus") or "")
-    messages = [m for m in task.get("Messages") or [] if isinstance(m, Mapping)]
+    messages = [m for m in body_field(task, "Messages", list, where=_task_name(task)) if isinstance(m, Mapping)]
     # The last message is the newest on the services seen; prefer a Critical one when there is one.
     chosen: Mapping[str, Any] = {}
     for message in messages:
@@ -185,6 +217,11 @@ def task_progress(task: Mapping[str, Any]) -> UpdateProgress:
     return UpdateProgress(
         state=progress, detail=state or "unknown", message=text, message_id=message_id, percent=percent_value
     )
+
+
+def _task_name(task: Mapping[str, Any]) -> str:
+    uri = task.get("@odata.id")
+    return f"Task {uri}" if isinstance(uri, str) and uri else "the Task"
 
 
 def encode_multipart(
@@ -276,8 +313,13 @@ def service_map(root: Mapping[str, Any], update_service: Optional[Mapping[str, A
     apply_support = simple.get("@Redfish.OperationApplyTimeSupport") if isinstance(simple, Mapping) else None
     apply_times: Tuple[str, ...] = ()
     if isinstance(apply_support, Mapping):
-        apply_times = tuple(str(v) for v in apply_support.get("SupportedValues") or [])
-    protocols = simple.get("TransferProtocol@Redfish.AllowableValues") if isinstance(simple, Mapping) else None
+        where = "UpdateService SimpleUpdate @Redfish.OperationApplyTimeSupport"
+        apply_times = tuple(str(v) for v in body_field(apply_support, "SupportedValues", list, where=where))
+    protocols = (
+        body_field(simple, "TransferProtocol@Redfish.AllowableValues", list, where="UpdateService SimpleUpdate")
+        if isinstance(simple, Mapping)
+        else None
+    )
     return ServiceMap(
         vendor=str(root.get("Vendor") or ""),
         product=str(root.get("Product") or ""),
@@ -582,22 +624,34 @@ class RedfishClient:
     def members(self, collection_uri: str) -> List[Dict[str, Any]]:
         """Every member of a collection, expanded in one request where the service offers ``$expand``."""
         if self.services().expand:
-            collection = self.get(collection_uri + "?$expand=*($levels=1)")
-            members = [m for m in collection.get("Members") or [] if isinstance(m, dict)]
+            expanded = collection_uri + "?$expand=*($levels=1)"
+            members = [m for m in self._member_list(expanded) if isinstance(m, dict)]
             # A service may advertise $expand and still return links: read those one by one.
             if all(len(m) > 1 for m in members):
                 return members
-        collection = self.get(collection_uri)
-        return [self.get(odata_id(m)) for m in collection.get("Members") or [] if odata_id(m)]
+        return [self.get(uri) for uri in self._member_uris(collection_uri)]
+
+    def _member_list(self, collection_uri: str) -> List[Any]:
+        return body_field(self.get(collection_uri), "Members", list, where=f"BMC {self.address}: {collection_uri}")
+
+    def _member_uris(self, collection_uri: str) -> List[str]:
+        """The members' links; one that is no link is the BMC answering what Redfish does not define."""
+        uris = []
+        for index, member in enumerate(self._member_list(collection_uri)):
+            uri = odata_id(member)
+            if not uri:
+                raise RedfishError(
+                    f"BMC {self.address}: {collection_uri} Members[{index}] is {_type_name(member)} "
+                    "without an @odata.id link"
+                )
+            uris.append(uri)
+        return uris
 
     def first_member(self, collection_uri: str, what: str) -> str:
         if not collection_uri:
             raise RedfishError(f"BMC {self.address}: the service root lists no {what}")
-        collection = self.get(collection_uri)
-        for member in collection.get("Members") or []:
-            uri = odata_id(member)
-            if uri:
-                return uri
+        for uri in self._member_uris(collection_uri):
+            return uri
         raise RedfishError(f"BMC {self.address}: {collection_uri} has no members")
 
     def system_uri(self) -> str:
@@ -708,8 +762,11 @@ class RedfishClient:
         """
         uri = system_uri or self.system_uri()
         system = self.get(uri)
-        action = (system.get("Actions") or {}).get("#ComputerSystem.Reset") or {}
-        target = action.get("target") if isinstance(action, dict) else None
+        where = f"BMC {self.address}: {uri}"
+        action = body_field(
+            body_field(system, "Actions", dict, where=where), "#ComputerSystem.Reset", dict, where=where
+        )
+        target = action.get("target")
         if not target:
             raise RedfishError(f"BMC {self.address}: {uri} offers no ComputerSystem.Reset action")
         allowed = action.get("ResetType@Redfish.AllowableValues")

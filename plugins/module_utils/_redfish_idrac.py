@@ -43,6 +43,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
     RedfishResponse,
     ServiceMap,
     UpdateProgress,
+    body_field,
     odata_id,
 )
 
@@ -88,7 +89,10 @@ def hardware_kind(item: InventoryItem) -> str:
 def inventory_item(member: Mapping[str, Any]) -> InventoryItem:
     member_id = str(member.get("Id") or "")
     parsed = parse_member_id(member_id)
-    oem = ((member.get("Oem") or {}).get("Dell") or {}).get("DellSoftwareInventory") or {}
+    where = f"FirmwareInventory member {member.get('@odata.id') or member_id or '(no @odata.id)'}"
+    oem = member
+    for key in ("Oem", "Dell", "DellSoftwareInventory"):
+        oem = body_field(oem, key, dict, where=where)
     fqdd = str(oem.get("FQDD") or parsed["fqdd"] or "")
     version = str(member.get("Version") or "").strip() or parsed["version"]
     pci = [str(oem.get(key) or "") for key in ("VendorID", "DeviceID", "SubVendorID", "SubDeviceID")]
@@ -160,7 +164,9 @@ class IdracAdapter(GenericAdapter):
         if not self._jobs_uri:
             manager = client.first_member(client.services().managers, "Managers")
             body = client.get(manager)
-            self._jobs_uri = odata_id(((body.get("Oem") or {}).get("Dell") or {}).get("Jobs")) or f"{manager}/Jobs"
+            where = f"BMC {client.address}: {manager}"
+            dell = body_field(body_field(body, "Oem", dict, where=where), "Dell", dict, where=where)
+            self._jobs_uri = odata_id(dell.get("Jobs")) or f"{manager}/Jobs"
         return self._jobs_uri
 
     def job_id(self, response: RedfishResponse) -> str:

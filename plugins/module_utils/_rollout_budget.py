@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import object_field, object_items
 
 # An int-or-percent as Kubernetes writes it: 2, "2", "25%".
 MaxUnavailable = Union[int, str]
@@ -76,16 +77,16 @@ def scaled_max_unavailable(value: MaxUnavailable, *, total: int) -> int:
 
 
 def node_name(node: Mapping[str, Any]) -> str:
-    return str((node.get("metadata") or {}).get("name") or "")
+    return str(object_field(node, "metadata").get("name") or "")
 
 
 def node_is_unschedulable(node: Mapping[str, Any]) -> bool:
-    return bool((node.get("spec") or {}).get("unschedulable"))
+    return bool(object_field(node, "spec").get("unschedulable"))
 
 
 def node_ready_status(node: Mapping[str, Any]) -> str:
     """The Ready condition's status: "True", "False", "Unknown", or "" when the node reports none."""
-    for condition in (node.get("status") or {}).get("conditions") or []:
+    for condition in object_items(node, "status", "conditions"):
         if condition.get("type") == "Ready":
             return str(condition.get("status") or "")
     return ""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pathlib
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,70 @@ class PlaybookRun:
         return self.stdout + self.stderr
 
 
+# Keys whose values are secrets wherever they sit in extra vars (kubernetes.core's api_key, a BMC's password...).
+SECRET_KEYS = ("password", "api_key", "token", "secret")
+# Secrets shorter than this are not scanned for: they would match ordinary words (no test uses one).
+_MIN_SECRET = 6
+# Files bigger than this (firmware images) are not scanned after a run.
+_MAX_SCANNED_FILE = 8 * 1024 * 1024
+
+
+def secrets_in(value: Any, *, key: str = "") -> Iterator[tuple[str, str]]:
+    """(what, secret) pairs for every secret value in ``value``, and HTTP basic auth built from user and password."""
+    if isinstance(value, dict):
+        user = next((value[k] for k in ("username", "user", "bmc_username") if isinstance(value.get(k), str)), "")
+        for name, item in value.items():
+            yield from secrets_in(item, key=str(name))
+            if isinstance(item, str) and "password" in str(name).lower() and user:
+                basic = base64.b64encode(f"{user}:{item}".encode()).decode("ascii")
+                yield f"basic auth of {user} ({name})", basic
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from secrets_in(item, key=key)
+    elif isinstance(value, str) and len(value) >= _MIN_SECRET and any(word in key.lower() for word in SECRET_KEYS):
+        yield key, value
+
+
+def twin_secrets(twin: TwinProcess) -> list[tuple[str, str]]:
+    """The twin's API token and every BMC password it published (with each one's basic auth)."""
+    found = [("the twin's API token", twin.token)]
+    published = twin.companion.get("published", {}).get("bmcs", {})
+    for node, bmc in published.items():
+        found += [(f"BMC {node} {what}", secret) for what, secret in secrets_in(bmc)]
+    return found
+
+
+def written_files(values: Any) -> Iterator[pathlib.Path]:
+    """Files under the paths given in extra vars (reports, ledgers, result files) as they are after a run."""
+    if isinstance(values, dict):
+        values = list(values.values())
+    if isinstance(values, list):
+        for item in values:
+            yield from written_files(item)
+    elif isinstance(values, str) and values.startswith("/") and len(values) < 4096:
+        path = pathlib.Path(values)
+        candidates = path.rglob("*") if path.is_dir() else [path]
+        for candidate in candidates:
+            if candidate.is_file() and candidate.stat().st_size <= _MAX_SCANNED_FILE:
+                yield candidate
+
+
+def assert_no_secret(
+    run: PlaybookRun, secrets: Iterable[tuple[str, str]], *, files: Iterable[pathlib.Path] = ()
+) -> None:
+    """No secret in the run's output or in the files it wrote; the failure names the secret's kind, never its value."""
+    places = [("stdout", run.stdout.encode()), ("stderr", run.stderr.encode())]
+    places += [(str(path), path.read_bytes()) for path in files]
+    leaks = [
+        f"{what} in {where}"
+        for what, secret in secrets
+        if len(secret) >= _MIN_SECRET
+        for where, content in places
+        if secret.encode() in content
+    ]
+    assert not leaks, "secrets printed or written: " + "; ".join(sorted(set(leaks)))
+
+
 def run_playbook(
     playbook: str | pathlib.Path,
     *,
@@ -38,9 +104,14 @@ def run_playbook(
     diff: bool = False,
     verbosity: int = 0,
     timeout: float = 600,
+    environment: dict[str, str] | None = None,
 ) -> PlaybookRun:
-    """``ansible-playbook`` as a person runs it, pointed at the twin through K8S_AUTH_KUBECONFIG."""
+    """``ansible-playbook`` as a person runs it, pointed at the twin through K8S_AUTH_KUBECONFIG.
+
+    ``environment`` adds variables (``K8S_AUTH_API_KEY``... as an AWX credential injects them).
+    """
     env = twin.env() if twin is not None else dict(os.environ)
+    env.update(environment or {})
     env.update(
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
         ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"),
@@ -59,7 +130,12 @@ def run_playbook(
     if verbosity:
         command.append("-" + "v" * verbosity)
     completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False)
-    return PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
+    run = PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
+    # Every playbook run of the suite: neither the twin's token nor a password it was given shows anywhere.
+    secrets = [*secrets_in(extra_vars or {}), *secrets_in(environment or {})]
+    secrets += twin_secrets(twin) if twin is not None else []
+    assert_no_secret(run, secrets, files=written_files(extra_vars or {}))
+    return run
 
 
 def kubectl(twin: TwinProcess, *args: str, check: bool = True) -> str:
