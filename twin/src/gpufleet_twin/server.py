@@ -1489,6 +1489,21 @@ class ApiServer:
             options["propagationPolicy"] = query["propagationPolicy"]
         if query.get("orphanDependents"):
             options["orphanDependents"] = query["orphanDependents"].lower() == "true"
+        if "orphanDependents" in options and "propagationPolicy" in options and options["propagationPolicy"]:
+            # ValidateDeleteOptions (apimachinery pkg/apis/meta/v1/validation).
+            raise errors.invalid(
+                "DeleteOptions",
+                "",
+                [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "field": "propagationPolicy",
+                        "message": f'Invalid value: "{options["propagationPolicy"]}": '
+                        "orphanDependents and deletionPropagation cannot be both set",
+                    }
+                ],
+                "meta.k8s.io",
+            )
         policy = options.get("propagationPolicy")
         if policy not in (None, "Orphan", "Background", "Foreground"):
             raise errors.invalid(
@@ -1513,10 +1528,16 @@ class ApiServer:
         options = await self._delete_options(request)
         dry_run = self._dry_run(request, options)
         result, gone = self._delete_one(rtype, target.namespace, target.name or "", options, dry_run=dry_run)
+        warnings = _delete_warnings(rtype, options)
         if rtype.key in (("", "pods"), ("", "namespaces")) or not gone:
-            # Pods are served with ReturnDeletedObject; objects still terminating come back as they are.
-            return _json_response(result)
-        return _json_response(
+            # Pods are served with ReturnDeletedObject; objects still terminating come back as they are,
+            # with 202 when the client asked for cascading with the legacy orphanDependents=false
+            # (apiserver pkg/endpoints/handlers/delete.go).
+            accepted = not gone and options.get("orphanDependents") is False
+            response = _json_response(result, status=202 if accepted else 200)
+            _add_warnings(response, warnings)
+            return response
+        response = _json_response(
             {
                 "kind": "Status",
                 "apiVersion": "v1",
@@ -1530,19 +1551,22 @@ class ApiServer:
                 },
             }
         )
+        _add_warnings(response, warnings)
+        return response
 
     def _delete_one(
         self, rtype: ResourceType, namespace: str | None, name: str, options: Obj, *, dry_run: bool
     ) -> tuple[Obj, bool]:
-        """Delete one object with DeleteOptions; returns (result, removed from the store)."""
+        """Delete one object with DeleteOptions; returns (result, removed from the store).
+
+        The store sets the garbage collector's finalizers from the propagation options; the collector
+        (``sim/garbagecollector.py``) deletes or orphans the dependents.
+        """
         store = self.twin.store
         preconditions = options.get("preconditions") or {}
         grace = options.get("gracePeriodSeconds")
-        policy = options.get("propagationPolicy")
-        if policy is None and options.get("orphanDependents") is True:
-            policy = "Orphan"
-        current = store.get(rtype, namespace, name)
         if rtype.key == ("", "namespaces") and not dry_run:
+            store.get(rtype, namespace, name)
             self._delete_namespace_content(name)
         result = store.delete(
             rtype,
@@ -1553,48 +1577,14 @@ class ApiServer:
             immediate=grace is not None and int(grace) == 0,
             dry_run=dry_run,
             grace_period_seconds=None if grace is None else int(grace),
+            propagation_policy=options.get("propagationPolicy"),
+            orphan_dependents=options.get("orphanDependents"),
         )
         if dry_run:
             gone = not result["metadata"].get("deletionTimestamp")
         else:
             gone = store.try_get(rtype, namespace, name) is None
-        if not dry_run:
-            self._cascade(current, policy or "Background")
         return result, gone
-
-    def _dependents(self, owner: Obj) -> list[tuple[ResourceType, Obj]]:
-        uid = owner["metadata"].get("uid")
-        namespace = owner["metadata"].get("namespace")
-        found = []
-        for rtype in self.twin.registry.all():
-            if namespace and not rtype.namespaced:
-                continue  # a namespaced owner cannot own cluster-scoped objects
-            for obj in self.twin.store.list(rtype, namespace if rtype.namespaced else None):
-                if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ()):
-                    found.append((rtype, obj))
-        return found
-
-    def _cascade(self, owner: Obj, policy: str) -> None:
-        """What the garbage collector does after an owner is deleted (at once, not eventually)."""
-        uid = owner["metadata"].get("uid")
-        for rtype, dependent in self._dependents(owner):
-            meta = dependent["metadata"]
-            if policy == "Orphan":
-
-                def drop_owner(obj: Obj) -> None:
-                    obj["metadata"]["ownerReferences"] = [
-                        r for r in obj["metadata"].get("ownerReferences") or () if r.get("uid") != uid
-                    ]
-
-                self.twin.store.mutate(rtype, meta.get("namespace"), meta["name"], drop_owner)
-            elif not meta.get("deletionTimestamp"):
-                try:
-                    self._delete_one(
-                        rtype, meta.get("namespace"), meta["name"], {"propagationPolicy": "Background"}, dry_run=False
-                    )
-                except ApiError as problem:
-                    if problem.code != 404:
-                        raise
 
     def _delete_namespace_content(self, namespace: str) -> None:
         """The namespace controller's work, done at once: every object of the namespace is deleted."""
@@ -1603,7 +1593,8 @@ class ApiServer:
             if not rtype.namespaced:
                 continue
             for obj in store.list(rtype, namespace):
-                store.delete(rtype, namespace, obj["metadata"]["name"], immediate=True)
+                # The namespace controller deletes in the background (namespaced_resources_deleter.go).
+                store.delete(rtype, namespace, obj["metadata"]["name"], immediate=True, propagation_policy="Background")
 
     async def _delete_collection(self, request: web.Request, target: ResourceRequest) -> web.Response:
         rtype = target.rtype
@@ -1620,7 +1611,7 @@ class ApiServer:
                     continue
                 raise
             deleted.append(result)
-        return _json_response(
+        response = _json_response(
             {
                 "kind": rtype.list_kind,
                 "apiVersion": rtype.api_version,
@@ -1628,6 +1619,8 @@ class ApiServer:
                 "items": deleted,
             }
         )
+        _add_warnings(response, _delete_warnings(rtype, options))
+        return response
 
     # -- subresources -------------------------------------------------------------------------------------
     async def _evict(self, request: web.Request, target: ResourceRequest) -> web.Response:
@@ -1933,6 +1926,20 @@ def _status_response(problem: ApiError) -> web.Response:
     for key, value in problem.headers.items():
         response.headers[key] = value
     return response
+
+
+# pkg/registry/batch/job/storage/storage.go deleteOptionWarnings: batch/v1 orphans a Job's pods by default.
+JOB_DELETE_WARNING = (
+    "child pods are preserved by default when jobs are deleted; "
+    "set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning"
+)
+
+
+def _delete_warnings(rtype: ResourceType, options: Obj) -> list[str]:
+    unset = options.get("propagationPolicy") is None and "orphanDependents" not in options
+    if rtype.key == ("batch", "jobs") and unset:
+        return [JOB_DELETE_WARNING]
+    return []
 
 
 def _add_warnings(response: web.StreamResponse, warnings: list[str]) -> None:

@@ -8,7 +8,9 @@ install itself when it is present.
 
 ``install_core(twin, sim)`` wires only the controllers (kubelet, scheduler,
 node lifecycle, workload controllers, garbage collector); tests use it to
-run the controllers in-process against a store.
+run the controllers in-process against a store.  ``install_garbage_collector``
+wires the garbage collector alone (``--bare``: deletion propagation is part
+of what any API client sees).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..cluster import Controller, Twin
 from . import gpu_operator, network_operator, openshift, sriov
 from .events import EventRecorder
 from .faults import FaultInjector
+from .garbagecollector import GarbageCollector
 from .index import ClusterIndex
 from .kinds import Kinds
 from .kubelet import Kubelet, KubeletTimings, annotation_behaviour
@@ -37,7 +40,6 @@ from .validation import install as install_validation_pods
 from .workloads import (
     DaemonSetController,
     DeploymentController,
-    GarbageCollector,
     JobController,
     PdbStatusController,
     ReplicaSetController,
@@ -116,6 +118,14 @@ def install_core(
     )
     twin.controllers.extend(core.controllers())
     return core
+
+
+def install_garbage_collector(twin: Twin) -> GarbageCollector:
+    """Only the garbage collector (``--bare``): an API server with kube-controller-manager's GC and nothing else."""
+    kinds = Kinds.from_registry(twin.registry)
+    collector = GarbageCollector(kinds=kinds, index=ClusterIndex(twin.store, kinds))
+    twin.controllers.append(collector)
+    return collector
 
 
 def populate(twin: Twin, options: dict[str, Any]) -> None:
