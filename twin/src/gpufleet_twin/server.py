@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import builtin_types, crd_schema, errors, openapi, patching, selectors
+from . import builtin_types, crd_schema, errors, omitempty, openapi, patching, selectors
 from .clock import SimClock
 from .cluster import RequestInfo, Twin
 from .disruption import compute_budget, is_pod_ready, pdb_status
@@ -66,6 +66,18 @@ _WATCH_CHUNK_EVENTS = 500
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# apimachinery pkg/util/validation/validation.go: dns1123LabelErrMsg / dns1123SubdomainErrorMsg as RegexError
+# renders them with their examples and pattern.
+_DNS1123_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_DNS1123_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
 # Kinds whose names need only be valid path segments, not DNS subdomains.
 _NAMES_AS_PATH_SEGMENTS = frozenset({("", "events"), ("events.k8s.io", "events")})
 _CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
@@ -114,6 +126,8 @@ def install_api_machinery(twin: Twin) -> None:
     store.add_admission(crd_schema.make_crd_admission())
     # Last: fill what the other hooks left out, as encoding a Go struct would.
     store.add_admission(RequiredFieldsCompletion(openapi.SchemaCatalog(twin.registry), twin.clock))
+    # After every default: what the Go types' omitempty drops is never stored.
+    store.add_admission(omitempty.prune)
     pods = twin.registry.get("", "pods")
     assert pods is not None
     store.set_delete_handler(pods, graceful_pod_deletion)
@@ -183,19 +197,27 @@ def _validate_object_name(operation: str, rtype: ResourceType, obj: Obj, old: Ob
     name = obj["metadata"].get("name", "")
     if rtype.key == ("", "namespaces"):
         valid, limit = bool(_DNS1123_LABEL.match(name)), 63
-        rule = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"
+        rule = _DNS1123_LABEL_MESSAGE
     else:
         valid, limit = bool(_DNS1123_SUBDOMAIN.match(name)), 253
-        rule = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
-    if not valid or len(name) > limit:
-        message = (
-            f'Invalid value: "{name}": {rule}, and must start and end with an alphanumeric character'
-            f" (at most {limit} characters)"
-        )
+        rule = _DNS1123_SUBDOMAIN_MESSAGE
+    # apimachinery pkg/util/validation: IsDNS1123Label/IsDNS1123Subdomain give a MaxLenError and a
+    # RegexError; ValidateObjectMeta turns each into field.Invalid on metadata.name.
+    problems = [f"must be no more than {limit} characters"] if len(name) > limit else []
+    if not valid:
+        problems.append(rule)
+    if problems:
         raise errors.invalid(
             rtype.kind,
             name,
-            [{"reason": "FieldValueInvalid", "field": "metadata.name", "message": message}],
+            [
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": "metadata.name",
+                    "message": f"Invalid value: {json.dumps(name)}: {p}",
+                }
+                for p in problems
+            ],
             rtype.group,
         )
 
@@ -419,20 +441,22 @@ def _admit_crd_object(operation: str, rtype: ResourceType, obj: Obj, old: Obj | 
     names = spec.get("names") or {}
     name = obj["metadata"].get("name", "")
     causes = []
-    if not spec.get("group") or not names.get("plural") or not names.get("kind"):
-        causes.append(
-            {
-                "reason": "FieldValueRequired",
-                "field": "spec",
-                "message": "group, names.plural and names.kind are required",
-            }
-        )
-    elif name != f"{names['plural']}.{spec['group']}":
+    # apiextensions-apiserver pkg/apis/apiextensions/validation/validation.go wording.
+    missing = [
+        path
+        for path, value in (("spec.group", spec.get("group")), ("spec.names.plural", names.get("plural")))
+        if not value
+    ]
+    if not names.get("kind"):
+        missing.append("spec.names.kind")
+    for path in missing:
+        causes.append({"reason": "FieldValueRequired", "field": path, "message": "Required value"})
+    if not missing and name != f"{names['plural']}.{spec['group']}":
         causes.append(
             {
                 "reason": "FieldValueInvalid",
                 "field": "metadata.name",
-                "message": 'must be spec.names.plural+"."+spec.group',
+                "message": f'Invalid value: {json.dumps(name)}: must be spec.names.plural+"."+spec.group',
             }
         )
     versions = spec.get("versions") or []
@@ -443,7 +467,8 @@ def _admit_crd_object(operation: str, rtype: ResourceType, obj: Obj, old: Obj | 
             {
                 "reason": "FieldValueInvalid",
                 "field": "spec.versions",
-                "message": "must have exactly one version marked as storage version",
+                "message": f"Invalid value: {json.dumps(versions, separators=(',', ':'))}: "
+                "must have exactly one version marked as storage version",
             }
         )
     if causes:

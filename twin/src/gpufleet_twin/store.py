@@ -280,10 +280,10 @@ class Store:
                 raise errors.invalid(
                     rtype.kind,
                     "",
-                    [_cause("metadata.name", "name or generateName is required")],
+                    [_cause("metadata.name", "Required value: name or generateName is required")],
                     rtype.group,
                 )
-            meta["name"] = prefix + secrets.token_hex(3)[:5]
+            meta["name"] = generate_name(prefix)
         new["apiVersion"] = rtype.api_version
         new["kind"] = rtype.kind
         key = (self._ns(rtype, meta.get("namespace")), meta["name"])
@@ -311,7 +311,9 @@ class Store:
         meta = obj.get("metadata") or {}
         name = meta.get("name")
         if not name:
-            raise errors.invalid(rtype.kind, "", [_cause("metadata.name", "name is required")], rtype.group)
+            raise errors.invalid(
+                rtype.kind, "", [_cause("metadata.name", "Required value: name is required")], rtype.group
+            )
         namespace = meta.get("namespace") if rtype.namespaced else None
         key = (self._ns(rtype, namespace), name)
         old = self._bucket(rtype).get(key)
@@ -568,6 +570,19 @@ def _semantically_equal(old: Obj, new: Obj) -> bool:
         return trimmed
 
     return strip(old) == strip(new)
+
+
+# apiserver pkg/storage/names/generate.go (SimpleNameGenerator) and apimachinery pkg/util/rand/rand.go
+# (String): the base cut to 63 - 5 characters, then 5 characters of an alphabet without vowels and
+# look-alikes.
+GENERATED_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+GENERATED_SUFFIX_LENGTH = 5
+MAX_GENERATED_NAME_LENGTH = 63 - GENERATED_SUFFIX_LENGTH
+
+
+def generate_name(base: str) -> str:
+    suffix = "".join(secrets.choice(GENERATED_SUFFIX_ALPHABET) for _ in range(GENERATED_SUFFIX_LENGTH))
+    return base[:MAX_GENERATED_NAME_LENGTH] + suffix
 
 
 # Deletion propagation (k8s.io/apiserver pkg/registry/generic/registry/store.go, shouldOrphanDependents,
