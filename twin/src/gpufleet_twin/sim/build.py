@@ -120,6 +120,30 @@ def install_core(
     return core
 
 
+# API groups a plain Kubernetes cluster does not serve: OpenShift's platform APIs, and OLM's, which the
+# kubernetes profile does not run (the GPU and Network Operators are Helm releases there, see
+# ``olm.attach``; OLM can be added to a plain cluster, but this one models clusters without it).
+OPENSHIFT_ONLY_GROUPS = frozenset(
+    {"config.openshift.io", "machineconfiguration.openshift.io", "image.openshift.io", "operators.coreos.com"}
+)
+
+
+def drop_openshift_only_apis(twin: Twin) -> list[str]:
+    """Stop serving ``OPENSHIFT_ONLY_GROUPS`` (CRDs the twin or ``--crds`` installed, built-in kinds)."""
+    dropped = []
+    crd_type = twin.registry.get("apiextensions.k8s.io", "customresourcedefinitions")
+    if crd_type is not None:
+        for crd in twin.store.list(crd_type):
+            if (crd.get("spec") or {}).get("group") in OPENSHIFT_ONLY_GROUPS:
+                twin.store.delete(crd_type, None, crd["metadata"]["name"], immediate=True)
+                dropped.append(crd["metadata"]["name"])
+    for rtype in list(twin.registry.all()):
+        if rtype.group in OPENSHIFT_ONLY_GROUPS:
+            twin.registry.remove(rtype.group, rtype.plural)
+            dropped.append(f"{rtype.plural}.{rtype.group}")
+    return dropped
+
+
 def install_garbage_collector(twin: Twin) -> GarbageCollector:
     """Only the garbage collector (``--bare``): an API server with kube-controller-manager's GC and nothing else."""
     kinds = Kinds.from_registry(twin.registry)
@@ -147,6 +171,8 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     for version, kernels in scenario.driver_builds.items():
         sim.driver_builds[version] = set(kernels)
     twin.sim = sim
+    if profile != "openshift":
+        drop_openshift_only_apis(twin)
     kinds = Kinds.from_registry(twin.registry)
     sim.events = EventRecorder(twin.store, kinds.event, twin.clock)
     snapshot_dir = options.get("from_snapshot")
