@@ -222,6 +222,11 @@ def _validate_object_name(operation: str, rtype: ResourceType, obj: Obj, old: Ob
         )
 
 
+def _go_string_map(values: dict[str, str]) -> str:
+    """A map[string]string as Go's ``%#v`` prints it (keys sorted)."""
+    return "map[string]string{" + ", ".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in sorted(values.items())) + "}"
+
+
 def _default_builtin_fields(operation: str, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
     """Defaults the real API server fills in (only where a field is missing).
 
@@ -363,7 +368,8 @@ def _validate_workload_selector(rtype: ResourceType, obj: Obj) -> None:
                 {
                     "reason": "FieldValueInvalid",
                     "field": "spec.template.metadata.labels",
-                    "message": f"Invalid value: {json.dumps(labels)}: `selector` does not match template `labels`",
+                    # field.Error prints a map value with Go's %#v.
+                    "message": f"Invalid value: {_go_string_map(labels)}: `selector` does not match template `labels`",
                 }
             ],
             rtype.group,
