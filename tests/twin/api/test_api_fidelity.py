@@ -182,13 +182,16 @@ def test_a_missing_name_is_refused_with_the_real_status(twin, namespace):
     assert (
         status["message"] == 'ConfigMap "" is invalid: metadata.name: Required value: name or generateName is required'
     )
-    assert status["details"]["causes"] == [
-        {
-            "reason": "FieldValueRequired",
-            "message": "Required value: name or generateName is required",
-            "field": "metadata.name",
-        }
-    ]
+    assert status["details"] == {
+        "kind": "ConfigMap",
+        "causes": [
+            {
+                "reason": "FieldValueRequired",
+                "message": "Required value: name or generateName is required",
+                "field": "metadata.name",
+            }
+        ],
+    }
     refused = twin.kubectl(
         "create", "-n", namespace, "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n", check=False
     )

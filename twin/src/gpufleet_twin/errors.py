@@ -35,7 +35,8 @@ class ApiError(Exception):
 
 
 def _details(resource: str, name: str, group: str = "") -> dict[str, Any]:
-    details: dict[str, Any] = {"name": name, "kind": resource}
+    # metav1.StatusDetails: name, group, kind are omitempty.
+    details: dict[str, Any] = {"name": name, "kind": resource} if name else {"kind": resource}
     if group:
         details["group"] = group
     return details

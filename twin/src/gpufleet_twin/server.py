@@ -11,8 +11,10 @@ Serves ``Twin.store`` the way a real API server serves etcd, so kubectl, the
 - Table output for ``kubectl get`` (``as=Table``) and PartialObjectMetadata;
 - subresources ``status``, ``scale`` (autoscaling/v1), ``pods/eviction``
   (policy/v1 with PodDisruptionBudgets), ``pods/log``, ``pods/binding``;
-- graceful pod deletion, cascading deletion by ownerReferences, namespace
-  deletion of its content, CRDs registering their kinds live;
+- graceful pod deletion, the garbage collector's ``foregroundDeletion`` and
+  ``orphan`` finalizers from the propagation options (``sim/garbagecollector``
+  does the rest), namespace deletion of its content, CRDs registering their
+  kinds live; zero values of ``omitempty`` fields dropped (``omitempty.py``);
 - bearer-token authentication (401 Status otherwise), and the Twin's request
   hooks around every API request.
 
