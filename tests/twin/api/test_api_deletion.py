@@ -335,3 +335,39 @@ def test_kubernetes_core_delete_with_wait_and_foreground_waits_for_the_pods(sim_
     assert report["fg_pods"] == [], textwrap.shorten(json.dumps(report["fg_pods"]), 400)
     assert len(report["orphan_pods"]) == 1
     assert "ownerReferences" not in report["orphan_pods"][0]["metadata"]
+
+
+DEPLOYMENT_MANIFEST = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: {namespace}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+        - name: main
+          image: registry.local/web:1.0
+"""
+
+
+def test_foreground_deletion_of_a_deployment_goes_down_the_chain_before_the_deployment_goes(sim_twin, kit):
+    namespace = _sim_namespace(sim_twin, kit)
+    sim_twin.kubectl("apply", "-f", "-", stdin=DEPLOYMENT_MANIFEST.format(namespace=namespace))
+
+    def running():
+        items = _pods(sim_twin, namespace)
+        return len(items) == 2 and all((p.get("status") or {}).get("phase") == "Running" for p in items)
+
+    kit.wait_for(running, timeout=60)
+    sim_twin.kubectl("delete", "deployment", "web", "-n", namespace, "--cascade=foreground", timeout=120)
+    # The ReplicaSet was deleted in the foreground too (it has dependents and its owner waited for it).
+    replicasets = sim_twin.request("GET", f"/apis/apps/v1/namespaces/{namespace}/replicasets").json()["items"]
+    assert replicasets == [] and _pods(sim_twin, namespace) == []
