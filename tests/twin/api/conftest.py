@@ -165,6 +165,22 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedTwin]:
 
 
 @pytest.fixture(scope="session")
+def sim_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedTwin]:
+    """A simulated plain-Kubernetes cluster (kubelet, controllers, garbage collector) on the real clock.
+
+    One GPU worker, no seeded workloads: the tests create what they delete.  ``--time-scale 1`` keeps
+    the kubelet's graceful terminations (2 simulated seconds) long enough for an early return to show.
+    """
+    workdir = tmp_path_factory.mktemp("sim-twin")
+    scenario = workdir / "scenario.yaml"
+    scenario.write_text("description: API tests on a plain Kubernetes cluster\nworkloads: false\n")
+    extra = ["--profile", "kubernetes", "--nodes", "1", "--time-scale", "1", "--scenario", str(scenario)]
+    served, _ = start_twin_process(workdir, *extra, "--state-dir", str(workdir / "state"))
+    yield served
+    assert stop_twin_process(served) == 0, (workdir / "twin.log").read_text()[-3000:]
+
+
+@pytest.fixture(scope="session")
 def api_client(twin: ServedTwin) -> Iterator[Any]:
     from kubernetes import config
 

@@ -30,6 +30,7 @@ from . import tls
 from .cluster import Twin
 from .redfish import service as bmc_service
 from .server import ApiServer, create_twin, install_crds, load_crd_manifests, own_crds_directory
+from .sim.build import install_garbage_collector
 from .sim.build import populate as populate_simulation
 
 log = logging.getLogger("gpufleet_twin")
@@ -55,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--bare",
         action="store_true",
-        help="serve the API only, without the simulation (namespaces only; for API tests and debugging)",
+        help="serve the API only, without the simulation (namespaces and the garbage collector only; "
+        "for API tests and debugging)",
     )
     serve.add_argument(
         "--bmcs",
@@ -102,6 +104,7 @@ async def serve(options: argparse.Namespace) -> int:
     twin.ca_cert_pem = material.ca_cert_pem
     if options.bare:
         seed_bare_cluster(twin)
+        install_garbage_collector(twin)
     else:
         populate_simulation(twin, _simulation_options(options))
         bmc_service.install(

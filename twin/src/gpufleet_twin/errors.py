@@ -35,7 +35,8 @@ class ApiError(Exception):
 
 
 def _details(resource: str, name: str, group: str = "") -> dict[str, Any]:
-    details: dict[str, Any] = {"name": name, "kind": resource}
+    # metav1.StatusDetails: name, group, kind are omitempty.
+    details: dict[str, Any] = {"name": name, "kind": resource} if name else {"kind": resource}
     if group:
         details["group"] = group
     return details
@@ -63,9 +64,16 @@ def conflict(resource: str, name: str, group: str = "") -> ApiError:
 
 
 def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "") -> ApiError:
-    """422 with one cause per field: ``{"reason": "FieldValueInvalid", "field": ..., "message": ...}``."""
+    """422 with one cause per field: ``{"reason": "FieldValueInvalid", "field": ..., "message": ...}``.
+
+    Each cause's message is a ``field.Error``'s body (``Required value``, ``Invalid value: "x": ...``,
+    ``Unsupported value: ...``); the Status message is apierrors.NewInvalid's ``<Kind>.<group> "<name>" is
+    invalid: <field>: <body>``, the errors in brackets when there are several (utilerrors aggregate).
+    """
     qualified = f"{kind}.{group}" if group else kind
     summary = ", ".join(f"{c.get('field', '')}: {c.get('message', '')}" for c in causes)
+    if len(causes) > 1:
+        summary = f"[{summary}]"
     details = _details(kind, name, group)
     details["causes"] = causes
     return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details)

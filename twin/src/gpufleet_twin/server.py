@@ -11,8 +11,10 @@ Serves ``Twin.store`` the way a real API server serves etcd, so kubectl, the
 - Table output for ``kubectl get`` (``as=Table``) and PartialObjectMetadata;
 - subresources ``status``, ``scale`` (autoscaling/v1), ``pods/eviction``
   (policy/v1 with PodDisruptionBudgets), ``pods/log``, ``pods/binding``;
-- graceful pod deletion, cascading deletion by ownerReferences, namespace
-  deletion of its content, CRDs registering their kinds live;
+- graceful pod deletion, the garbage collector's ``foregroundDeletion`` and
+  ``orphan`` finalizers from the propagation options (``sim/garbagecollector``
+  does the rest), namespace deletion of its content, CRDs registering their
+  kinds live; zero values of ``omitempty`` fields dropped (``omitempty.py``);
 - bearer-token authentication (401 Status otherwise), and the Twin's request
   hooks around every API request.
 
@@ -44,7 +46,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import builtin_types, crd_schema, errors, openapi, patching, selectors, serviceaccount_tokens
+from . import builtin_types, crd_schema, errors, omitempty, openapi, patching, selectors, serviceaccount_tokens
 from .clock import SimClock
 from .cluster import RequestInfo, Twin
 from .disruption import compute_budget, is_pod_ready, pdb_status
@@ -66,6 +68,18 @@ _WATCH_CHUNK_EVENTS = 500
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# apimachinery pkg/util/validation/validation.go: dns1123LabelErrMsg / dns1123SubdomainErrorMsg as RegexError
+# renders them with their examples and pattern.
+_DNS1123_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_DNS1123_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
 # Kinds whose names need only be valid path segments, not DNS subdomains.
 _NAMES_AS_PATH_SEGMENTS = frozenset({("", "events"), ("events.k8s.io", "events")})
 _CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
@@ -116,6 +130,8 @@ def install_api_machinery(twin: Twin) -> None:
     store.add_admission(crd_schema.make_crd_admission())
     # Last: fill what the other hooks left out, as encoding a Go struct would.
     store.add_admission(RequiredFieldsCompletion(openapi.SchemaCatalog(twin.registry), twin.clock))
+    # After every default: what the Go types' omitempty drops is never stored.
+    store.add_admission(omitempty.prune)
     pods = twin.registry.get("", "pods")
     assert pods is not None
     store.set_delete_handler(pods, graceful_pod_deletion)
@@ -188,21 +204,34 @@ def _validate_object_name(operation: str, rtype: ResourceType, obj: Obj, old: Ob
     name = obj["metadata"].get("name", "")
     if rtype.key == ("", "namespaces"):
         valid, limit = bool(_DNS1123_LABEL.match(name)), 63
-        rule = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"
+        rule = _DNS1123_LABEL_MESSAGE
     else:
         valid, limit = bool(_DNS1123_SUBDOMAIN.match(name)), 253
-        rule = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
-    if not valid or len(name) > limit:
-        message = (
-            f'Invalid value: "{name}": {rule}, and must start and end with an alphanumeric character'
-            f" (at most {limit} characters)"
-        )
+        rule = _DNS1123_SUBDOMAIN_MESSAGE
+    # apimachinery pkg/util/validation: IsDNS1123Label/IsDNS1123Subdomain give a MaxLenError and a
+    # RegexError; ValidateObjectMeta turns each into field.Invalid on metadata.name.
+    problems = [f"must be no more than {limit} characters"] if len(name) > limit else []
+    if not valid:
+        problems.append(rule)
+    if problems:
         raise errors.invalid(
             rtype.kind,
             name,
-            [{"reason": "FieldValueInvalid", "field": "metadata.name", "message": message}],
+            [
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": "metadata.name",
+                    "message": f"Invalid value: {json.dumps(name)}: {p}",
+                }
+                for p in problems
+            ],
             rtype.group,
         )
+
+
+def _go_string_map(values: dict[str, str]) -> str:
+    """A map[string]string as Go's ``%#v`` prints it (keys sorted)."""
+    return "map[string]string{" + ", ".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in sorted(values.items())) + "}"
 
 
 def _default_builtin_fields(operation: str, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
@@ -397,7 +426,8 @@ def _validate_workload_selector(rtype: ResourceType, obj: Obj) -> None:
                 {
                     "reason": "FieldValueInvalid",
                     "field": "spec.template.metadata.labels",
-                    "message": f"Invalid value: {json.dumps(labels)}: `selector` does not match template `labels`",
+                    # field.Error prints a map value with Go's %#v.
+                    "message": f"Invalid value: {_go_string_map(labels)}: `selector` does not match template `labels`",
                 }
             ],
             rtype.group,
@@ -475,20 +505,22 @@ def _admit_crd_object(operation: str, rtype: ResourceType, obj: Obj, old: Obj | 
     names = spec.get("names") or {}
     name = obj["metadata"].get("name", "")
     causes = []
-    if not spec.get("group") or not names.get("plural") or not names.get("kind"):
-        causes.append(
-            {
-                "reason": "FieldValueRequired",
-                "field": "spec",
-                "message": "group, names.plural and names.kind are required",
-            }
-        )
-    elif name != f"{names['plural']}.{spec['group']}":
+    # apiextensions-apiserver pkg/apis/apiextensions/validation/validation.go wording.
+    missing = [
+        path
+        for path, value in (("spec.group", spec.get("group")), ("spec.names.plural", names.get("plural")))
+        if not value
+    ]
+    if not names.get("kind"):
+        missing.append("spec.names.kind")
+    for path in missing:
+        causes.append({"reason": "FieldValueRequired", "field": path, "message": "Required value"})
+    if not missing and name != f"{names['plural']}.{spec['group']}":
         causes.append(
             {
                 "reason": "FieldValueInvalid",
                 "field": "metadata.name",
-                "message": 'must be spec.names.plural+"."+spec.group',
+                "message": f'Invalid value: {json.dumps(name)}: must be spec.names.plural+"."+spec.group',
             }
         )
     versions = spec.get("versions") or []
@@ -499,7 +531,8 @@ def _admit_crd_object(operation: str, rtype: ResourceType, obj: Obj, old: Obj | 
             {
                 "reason": "FieldValueInvalid",
                 "field": "spec.versions",
-                "message": "must have exactly one version marked as storage version",
+                "message": f"Invalid value: {json.dumps(versions, separators=(',', ':'))}: "
+                "must have exactly one version marked as storage version",
             }
         )
     if causes:
@@ -1562,6 +1595,21 @@ class ApiServer:
             options["propagationPolicy"] = query["propagationPolicy"]
         if query.get("orphanDependents"):
             options["orphanDependents"] = query["orphanDependents"].lower() == "true"
+        if "orphanDependents" in options and "propagationPolicy" in options and options["propagationPolicy"]:
+            # ValidateDeleteOptions (apimachinery pkg/apis/meta/v1/validation).
+            raise errors.invalid(
+                "DeleteOptions",
+                "",
+                [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "field": "propagationPolicy",
+                        "message": f'Invalid value: "{options["propagationPolicy"]}": '
+                        "orphanDependents and deletionPropagation cannot be both set",
+                    }
+                ],
+                "meta.k8s.io",
+            )
         policy = options.get("propagationPolicy")
         if policy not in (None, "Orphan", "Background", "Foreground"):
             raise errors.invalid(
@@ -1586,10 +1634,16 @@ class ApiServer:
         options = await self._delete_options(request)
         dry_run = self._dry_run(request, options)
         result, gone = self._delete_one(rtype, target.namespace, target.name or "", options, dry_run=dry_run)
+        warnings = _delete_warnings(rtype, options)
         if rtype.key in (("", "pods"), ("", "namespaces")) or not gone:
-            # Pods are served with ReturnDeletedObject; objects still terminating come back as they are.
-            return _json_response(result)
-        return _json_response(
+            # Pods are served with ReturnDeletedObject; objects still terminating come back as they are,
+            # with 202 when the client asked for cascading with the legacy orphanDependents=false
+            # (apiserver pkg/endpoints/handlers/delete.go).
+            accepted = not gone and options.get("orphanDependents") is False
+            response = _json_response(result, status=202 if accepted else 200)
+            _add_warnings(response, warnings)
+            return response
+        response = _json_response(
             {
                 "kind": "Status",
                 "apiVersion": "v1",
@@ -1603,19 +1657,22 @@ class ApiServer:
                 },
             }
         )
+        _add_warnings(response, warnings)
+        return response
 
     def _delete_one(
         self, rtype: ResourceType, namespace: str | None, name: str, options: Obj, *, dry_run: bool
     ) -> tuple[Obj, bool]:
-        """Delete one object with DeleteOptions; returns (result, removed from the store)."""
+        """Delete one object with DeleteOptions; returns (result, removed from the store).
+
+        The store sets the garbage collector's finalizers from the propagation options; the collector
+        (``sim/garbagecollector.py``) deletes or orphans the dependents.
+        """
         store = self.twin.store
         preconditions = options.get("preconditions") or {}
         grace = options.get("gracePeriodSeconds")
-        policy = options.get("propagationPolicy")
-        if policy is None and options.get("orphanDependents") is True:
-            policy = "Orphan"
-        current = store.get(rtype, namespace, name)
         if rtype.key == ("", "namespaces") and not dry_run:
+            store.get(rtype, namespace, name)
             self._delete_namespace_content(name)
         result = store.delete(
             rtype,
@@ -1626,48 +1683,14 @@ class ApiServer:
             immediate=grace is not None and int(grace) == 0,
             dry_run=dry_run,
             grace_period_seconds=None if grace is None else int(grace),
+            propagation_policy=options.get("propagationPolicy"),
+            orphan_dependents=options.get("orphanDependents"),
         )
         if dry_run:
             gone = not result["metadata"].get("deletionTimestamp")
         else:
             gone = store.try_get(rtype, namespace, name) is None
-        if not dry_run:
-            self._cascade(current, policy or "Background")
         return result, gone
-
-    def _dependents(self, owner: Obj) -> list[tuple[ResourceType, Obj]]:
-        uid = owner["metadata"].get("uid")
-        namespace = owner["metadata"].get("namespace")
-        found = []
-        for rtype in self.twin.registry.all():
-            if namespace and not rtype.namespaced:
-                continue  # a namespaced owner cannot own cluster-scoped objects
-            for obj in self.twin.store.list(rtype, namespace if rtype.namespaced else None):
-                if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ()):
-                    found.append((rtype, obj))
-        return found
-
-    def _cascade(self, owner: Obj, policy: str) -> None:
-        """What the garbage collector does after an owner is deleted (at once, not eventually)."""
-        uid = owner["metadata"].get("uid")
-        for rtype, dependent in self._dependents(owner):
-            meta = dependent["metadata"]
-            if policy == "Orphan":
-
-                def drop_owner(obj: Obj) -> None:
-                    obj["metadata"]["ownerReferences"] = [
-                        r for r in obj["metadata"].get("ownerReferences") or () if r.get("uid") != uid
-                    ]
-
-                self.twin.store.mutate(rtype, meta.get("namespace"), meta["name"], drop_owner)
-            elif not meta.get("deletionTimestamp"):
-                try:
-                    self._delete_one(
-                        rtype, meta.get("namespace"), meta["name"], {"propagationPolicy": "Background"}, dry_run=False
-                    )
-                except ApiError as problem:
-                    if problem.code != 404:
-                        raise
 
     def _delete_namespace_content(self, namespace: str) -> None:
         """The namespace controller's work, done at once: every object of the namespace is deleted."""
@@ -1676,7 +1699,8 @@ class ApiServer:
             if not rtype.namespaced:
                 continue
             for obj in store.list(rtype, namespace):
-                store.delete(rtype, namespace, obj["metadata"]["name"], immediate=True)
+                # The namespace controller deletes in the background (namespaced_resources_deleter.go).
+                store.delete(rtype, namespace, obj["metadata"]["name"], immediate=True, propagation_policy="Background")
 
     async def _delete_collection(self, request: web.Request, target: ResourceRequest) -> web.Response:
         rtype = target.rtype
@@ -1693,7 +1717,7 @@ class ApiServer:
                     continue
                 raise
             deleted.append(result)
-        return _json_response(
+        response = _json_response(
             {
                 "kind": rtype.list_kind,
                 "apiVersion": rtype.api_version,
@@ -1701,6 +1725,8 @@ class ApiServer:
                 "items": deleted,
             }
         )
+        _add_warnings(response, _delete_warnings(rtype, options))
+        return response
 
     # -- subresources -------------------------------------------------------------------------------------
     async def _evict(self, request: web.Request, target: ResourceRequest) -> web.Response:
@@ -2022,6 +2048,20 @@ def _status_response(problem: ApiError) -> web.Response:
     for key, value in problem.headers.items():
         response.headers[key] = value
     return response
+
+
+# pkg/registry/batch/job/storage/storage.go deleteOptionWarnings: batch/v1 orphans a Job's pods by default.
+JOB_DELETE_WARNING = (
+    "child pods are preserved by default when jobs are deleted; "
+    "set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning"
+)
+
+
+def _delete_warnings(rtype: ResourceType, options: Obj) -> list[str]:
+    unset = options.get("propagationPolicy") is None and "orphanDependents" not in options
+    if rtype.key == ("batch", "jobs") and unset:
+        return [JOB_DELETE_WARNING]
+    return []
 
 
 def _add_warnings(response: web.StreamResponse, warnings: list[str]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import copy
+import datetime as dt
 import json
 import os
 import secrets
@@ -277,9 +278,12 @@ class Store:
             prefix = meta.get("generateName")
             if not prefix:
                 raise errors.invalid(
-                    rtype.kind, "", [_cause("metadata.name", "name or generateName is required")], rtype.group
+                    rtype.kind,
+                    "",
+                    [_cause("metadata.name", "Required value: name or generateName is required")],
+                    rtype.group,
                 )
-            meta["name"] = prefix + secrets.token_hex(3)[:5]
+            meta["name"] = generate_name(prefix)
         new["apiVersion"] = rtype.api_version
         new["kind"] = rtype.kind
         key = (self._ns(rtype, meta.get("namespace")), meta["name"])
@@ -307,7 +311,9 @@ class Store:
         meta = obj.get("metadata") or {}
         name = meta.get("name")
         if not name:
-            raise errors.invalid(rtype.kind, "", [_cause("metadata.name", "name is required")], rtype.group)
+            raise errors.invalid(
+                rtype.kind, "", [_cause("metadata.name", "Required value: name is required")], rtype.group
+            )
         namespace = meta.get("namespace") if rtype.namespaced else None
         key = (self._ns(rtype, namespace), name)
         old = self._bucket(rtype).get(key)
@@ -366,10 +372,17 @@ class Store:
         immediate: bool = False,
         dry_run: bool = False,
         grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        orphan_dependents: bool | None = None,
     ) -> Obj:
         """Delete; returns the deleted object, or the object now terminating.
 
-        With ``dry_run`` the result is computed and nothing changes.
+        As the generic registry's ``Store.Delete`` does: a pod (the type with a
+        delete handler) may first be marked for graceful deletion; then the
+        garbage collector's finalizers are set from ``propagation_policy`` /
+        ``orphan_dependents`` (``gc_finalizers``), and an object left with any
+        finalizer only gets ``deletionTimestamp`` and stays until they are
+        removed.  With ``dry_run`` the result is computed and nothing changes.
         """
         key = (self._ns(rtype, namespace), name)
         current = self._bucket(rtype).get(key)
@@ -380,27 +393,39 @@ class Store:
             raise errors.conflict(rtype.plural, name, rtype.group)
         if precondition_rv and precondition_rv != meta["resourceVersion"]:
             raise errors.conflict(rtype.plural, name, rtype.group)
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return current
-            terminating = copy.deepcopy(current)
-            terminating["metadata"]["deletionTimestamp"] = self.clock.iso()
-            terminating["metadata"]["deletionGracePeriodSeconds"] = 0
-            if dry_run:
-                return terminating
-            return self._write(rtype, key, terminating, current, "MODIFIED")
+        candidate = copy.deepcopy(current)
+        graceful = False
         handler = None if immediate else self._delete_handlers.get(rtype.key)
-        if handler is not None:
-            if meta.get("deletionTimestamp"):
+        if handler is not None and meta.get("deletionTimestamp"):
+            if meta.get("deletionGracePeriodSeconds"):
+                # A graceful deletion is pending: its finalizers cannot change any more (rest.BeforeDelete).
                 return current
-            candidate = copy.deepcopy(current)
+            handler = None  # marked with grace 0 already: no second graceful period
+        if handler is not None:
             if grace_period_seconds is not None:
                 candidate["metadata"]["deletionGracePeriodSeconds"] = grace_period_seconds
             terminating = handler(self, rtype, candidate)
-            if terminating is not None:
-                if dry_run:
-                    return terminating
-                return self._write(rtype, key, terminating, current, "MODIFIED")
+            graceful = terminating is not None
+            candidate = copy.deepcopy(current) if terminating is None else terminating
+        finalizers = gc_finalizers(
+            rtype,
+            meta.get("finalizers") or [],
+            propagation_policy=propagation_policy,
+            orphan_dependents=orphan_dependents,
+        )
+        if finalizers or graceful:
+            cmeta = candidate["metadata"]
+            if finalizers:
+                cmeta["finalizers"] = finalizers
+            else:
+                cmeta.pop("finalizers", None)
+            if not graceful:
+                _mark_as_deleting(cmeta, self.clock)
+            if _semantically_equal(current, candidate):
+                return current
+            if dry_run:
+                return candidate
+            return self._write(rtype, key, candidate, current, "MODIFIED")
         if dry_run:
             return current
         return self._remove(rtype, key, current)
@@ -545,6 +570,84 @@ def _semantically_equal(old: Obj, new: Obj) -> bool:
         return trimmed
 
     return strip(old) == strip(new)
+
+
+# apiserver pkg/storage/names/generate.go (SimpleNameGenerator) and apimachinery pkg/util/rand/rand.go
+# (String): the base cut to 63 - 5 characters, then 5 characters of an alphabet without vowels and
+# look-alikes.
+GENERATED_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+GENERATED_SUFFIX_LENGTH = 5
+MAX_GENERATED_NAME_LENGTH = 63 - GENERATED_SUFFIX_LENGTH
+
+
+def generate_name(base: str) -> str:
+    suffix = "".join(secrets.choice(GENERATED_SUFFIX_ALPHABET) for _ in range(GENERATED_SUFFIX_LENGTH))
+    return base[:MAX_GENERATED_NAME_LENGTH] + suffix
+
+
+# Deletion propagation (k8s.io/apiserver pkg/registry/generic/registry/store.go, shouldOrphanDependents,
+# shouldDeleteDependents, deletionFinalizersForGarbageCollection; metav1.FinalizerOrphanDependents and
+# FinalizerDeleteDependents).
+ORPHAN_FINALIZER = "orphan"
+FOREGROUND_FINALIZER = "foregroundDeletion"
+PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
+# The strategies' DefaultGarbageCollectionPolicy where it is not DeleteDependents: batch/v1 Jobs and
+# core/v1 ReplicationControllers orphan by default "for backwards compatibility"
+# (pkg/registry/batch/job/strategy.go, pkg/registry/core/replicationcontroller/strategy.go); events say
+# Unsupported (pkg/registry/core/event/strategy.go), so no deletion of theirs ever waits on the collector.
+DEFAULT_ORPHAN = frozenset({("batch", "jobs"), ("", "replicationcontrollers")})
+GC_UNSUPPORTED = frozenset({("", "events"), ("events.k8s.io", "events")})
+
+
+def gc_finalizers(
+    rtype: ResourceType,
+    finalizers: list[str],
+    *,
+    propagation_policy: str | None,
+    orphan_dependents: bool | None,
+) -> list[str]:
+    """The object's finalizers once a deletion with these options has set the collector's ones.
+
+    Priority as upstream: the legacy ``orphanDependents`` option, then ``propagationPolicy``, then a
+    collector finalizer the object already carries, then the type's default policy.
+    """
+    if rtype.key in GC_UNSUPPORTED:
+        return list(finalizers)
+    orphan: bool
+    foreground: bool
+    if orphan_dependents is not None:
+        orphan, foreground = orphan_dependents, False
+    elif propagation_policy in PROPAGATION_POLICIES:
+        orphan, foreground = propagation_policy == "Orphan", propagation_policy == "Foreground"
+    else:
+        existing = [f for f in finalizers if f in (ORPHAN_FINALIZER, FOREGROUND_FINALIZER)]
+        if existing:
+            orphan, foreground = existing[0] == ORPHAN_FINALIZER, existing[0] == FOREGROUND_FINALIZER
+        else:
+            orphan, foreground = rtype.key in DEFAULT_ORPHAN, False
+    kept = [f for f in finalizers if f not in (ORPHAN_FINALIZER, FOREGROUND_FINALIZER)]
+    if orphan:
+        kept.append(ORPHAN_FINALIZER)
+    if foreground:
+        kept.append(FOREGROUND_FINALIZER)
+    if set(kept) == set(finalizers):
+        return list(finalizers)
+    return kept
+
+
+def _mark_as_deleting(meta: Obj, clock: SimClock) -> None:
+    """markAsDeleting: deletionTimestamp now (or earlier if already set), grace 0, generation + 1 the first time."""
+    now = clock.now()
+    existing = meta.get("deletionTimestamp")
+    if existing is None and int(meta.get("generation") or 0) > 0:
+        meta["generation"] = int(meta["generation"]) + 1
+    if existing is None or _epoch(existing) > now:
+        meta["deletionTimestamp"] = clock.iso(now)
+    meta["deletionGracePeriodSeconds"] = 0
+
+
+def _epoch(timestamp: str) -> float:
+    return dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def _cause(field_path: str, message: str) -> dict[str, str]:

@@ -8,7 +8,9 @@ install itself when it is present.
 
 ``install_core(twin, sim)`` wires only the controllers (kubelet, scheduler,
 node lifecycle, workload controllers, garbage collector); tests use it to
-run the controllers in-process against a store.
+run the controllers in-process against a store.  ``install_garbage_collector``
+wires the garbage collector alone (``--bare``: deletion propagation is part
+of what any API client sees).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..cluster import Controller, Twin
 from . import gpu_operator, network_operator, openshift, sriov
 from .events import EventRecorder
 from .faults import FaultInjector
+from .garbagecollector import GarbageCollector
 from .index import ClusterIndex
 from .kinds import Kinds
 from .kubelet import Kubelet, KubeletTimings, annotation_behaviour
@@ -46,7 +49,6 @@ from .validation import install as install_validation_pods
 from .workloads import (
     DaemonSetController,
     DeploymentController,
-    GarbageCollector,
     JobController,
     PdbStatusController,
     ReplicaSetController,
@@ -142,6 +144,38 @@ def install_core(
     return core
 
 
+# API groups a plain Kubernetes cluster does not serve: OpenShift's platform APIs, and OLM's, which the
+# kubernetes profile does not run (the GPU and Network Operators are Helm releases there, see
+# ``olm.attach``; OLM can be added to a plain cluster, but this one models clusters without it).
+OPENSHIFT_ONLY_GROUPS = frozenset(
+    {"config.openshift.io", "machineconfiguration.openshift.io", "image.openshift.io", "operators.coreos.com"}
+)
+
+
+def drop_openshift_only_apis(twin: Twin) -> list[str]:
+    """Stop serving ``OPENSHIFT_ONLY_GROUPS`` (CRDs the twin or ``--crds`` installed, built-in kinds)."""
+    dropped = []
+    crd_type = twin.registry.get("apiextensions.k8s.io", "customresourcedefinitions")
+    if crd_type is not None:
+        for crd in twin.store.list(crd_type):
+            if (crd.get("spec") or {}).get("group") in OPENSHIFT_ONLY_GROUPS:
+                twin.store.delete(crd_type, None, crd["metadata"]["name"], immediate=True)
+                dropped.append(crd["metadata"]["name"])
+    for rtype in list(twin.registry.all()):
+        if rtype.group in OPENSHIFT_ONLY_GROUPS:
+            twin.registry.remove(rtype.group, rtype.plural)
+            dropped.append(f"{rtype.plural}.{rtype.group}")
+    return dropped
+
+
+def install_garbage_collector(twin: Twin) -> GarbageCollector:
+    """Only the garbage collector (``--bare``): an API server with kube-controller-manager's GC and nothing else."""
+    kinds = Kinds.from_registry(twin.registry)
+    collector = GarbageCollector(kinds=kinds, index=ClusterIndex(twin.store, kinds))
+    twin.controllers.append(collector)
+    return collector
+
+
 def populate(twin: Twin, options: dict[str, Any]) -> None:
     """Build the simulated cluster into ``twin`` from the CLI options.
 
@@ -164,6 +198,8 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     for version, kernels in scenario.driver_builds.items():
         sim.driver_builds[version] = set(kernels)
     twin.sim = sim
+    if profile != "openshift":
+        drop_openshift_only_apis(twin)
     kinds = Kinds.from_registry(twin.registry)
     sim.events = EventRecorder(twin.store, kinds.event, twin.clock)
     snapshot_dir = options.get("from_snapshot")

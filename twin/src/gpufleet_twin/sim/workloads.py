@@ -25,10 +25,9 @@
 - ``PdbStatusController``: ``status`` of every PodDisruptionBudget from
   ``disruption.pdb_status``; a PDB annotated ``twin.gpufleet.io/never-allow``
   (the fault) always reports ``disruptionsAllowed: 0``.
-- ``GarbageCollector``: deletes dependents whose owners are all gone
-  (background propagation), honours the ``foregroundDeletion`` and
-  ``orphan`` finalizers, and deletes pods bound to a Node that no longer
-  exists (PodGC).
+
+The garbage collector (deletion propagation by ownerReferences) lives in
+``garbagecollector.py``.
 
 Hashes (``controller-revision-hash``, ``pod-template-hash``) are FNV-1a of
 the template as canonical JSON, encoded with the same "safe" alphabet
@@ -37,7 +36,6 @@ upstream uses: stable and short, not byte-identical to upstream's.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import logging
@@ -213,10 +211,16 @@ class _Controller:
         self._create_errors.pop(key, None)
         return created
 
-    def _delete(self, rtype: ResourceType, obj: Obj) -> Obj | None:
+    def _delete(self, rtype: ResourceType, obj: Obj, *, propagation_policy: str | None = None) -> Obj | None:
         meta = obj["metadata"]
         return self._write(
-            lambda: self.store.delete(rtype, meta.get("namespace"), meta["name"], precondition_uid=meta.get("uid"))
+            lambda: self.store.delete(
+                rtype,
+                meta.get("namespace"),
+                meta["name"],
+                precondition_uid=meta.get("uid"),
+                propagation_policy=propagation_policy,
+            )
         )
 
     def _set_status(self, rtype: ResourceType, obj: Obj, status: Obj) -> int:
@@ -1044,7 +1048,8 @@ class JobController(_Controller):
             if ttl is not None:
                 done_at = podutil.parse_time(status.get("completionTime") or _finish_time(job) or stamp)
                 if now >= done_at + float(ttl):
-                    return 1 if self._delete(self._kinds.job, job) else 0
+                    # The TTL-after-finished controller deletes in the foreground (pkg/controller/ttlafterfinished).
+                    return 1 if self._delete(self._kinds.job, job, propagation_policy="Foreground") else 0
                 self._due.schedule(key, done_at + float(ttl))
             return 0
         if spec.get("suspend"):
@@ -1231,139 +1236,3 @@ class PdbStatusController(_Controller):
         if "disruptedPods" in (pdb.get("status") or {}):
             status["disruptedPods"] = pdb["status"]["disruptedPods"]
         return self._set_status(self._kinds.pdb, pdb, status)
-
-
-# -- garbage collection -----------------------------------------------------------------------------------------
-class GarbageCollector:
-    """Deletes dependents whose owners are gone; honours foreground/orphan finalizers; PodGC for lost nodes."""
-
-    name = "garbage-collector"
-
-    def __init__(self, *, kinds: Kinds, index: ClusterIndex) -> None:
-        self._kinds = kinds
-        self._index = index
-        self._gone_owners: set[str] = set()
-        self._finalizing: set[tuple[str, str, str, str]] = set()
-        self._lost_nodes: set[str] = set()
-        self._store: Store | None = None
-        self._waker: Waker | None = None
-
-    def attach(self, store: Store, clock: SimClock) -> None:
-        self._store = store
-        self._waker = Waker(store, clock, on_event=self._on_event)
-
-    def _on_event(self, event: WatchEvent) -> bool:
-        meta = event.obj.get("metadata") or {}
-        if event.type == "DELETED":
-            # A foreground deletion waits for its dependents to go: look again on any deletion.
-            woke = bool(self._finalizing)
-            if meta.get("uid") in self._index.dependents:
-                self._gone_owners.add(meta["uid"])
-                woke = True
-            if event.rtype.key == self._kinds.node.key:
-                self._lost_nodes.add(meta["name"])
-                woke = True
-            return woke
-        finalizers = meta.get("finalizers") or ()
-        if meta.get("deletionTimestamp") and ("foregroundDeletion" in finalizers or "orphan" in finalizers):
-            self._finalizing.add((event.rtype.group, event.rtype.plural, meta.get("namespace", ""), meta["name"]))
-            return True
-        return False
-
-    async def run(self, twin: Any) -> None:
-        self.attach(twin.store, twin.clock)
-        assert self._waker is not None
-        while True:
-            await self.sync_once()
-            await self._waker.wait(None)
-
-    async def sync_once(self) -> None:
-        store = self._require_store()
-        owners = list(self._gone_owners)
-        self._gone_owners.clear()
-        for owner_uid in owners:
-            for dependent_key in list(self._index.dependents.get(owner_uid, ())):
-                rtype = store.registry.get(dependent_key[0], dependent_key[1])
-                if rtype is None:
-                    continue
-                dependent = store.try_get(rtype, dependent_key[2] or None, dependent_key[3])
-                if dependent is None or podutil.is_terminating(dependent):
-                    continue
-                refs = dependent["metadata"].get("ownerReferences") or ()
-                if any(self._index.exists(ref.get("uid", "")) for ref in refs):
-                    continue
-                _delete_quietly(store, rtype, dependent)
-        for key in list(self._finalizing):
-            self._finalizing.discard(key)
-            self._finalize(key)
-        for node_name in list(self._lost_nodes):
-            self._lost_nodes.discard(node_name)
-            if node_name in self._index.nodes:
-                continue
-            for pod in self._index.pods_on(node_name):
-                _delete_quietly(store, self._kinds.pod, pod, immediate=True)
-        await asyncio.sleep(0)
-
-    def _finalize(self, key: tuple[str, str, str, str]) -> None:
-        store = self._require_store()
-        rtype = store.registry.get(key[0], key[1])
-        if rtype is None:
-            return
-        owner = store.try_get(rtype, key[2] or None, key[3])
-        if owner is None or not podutil.is_terminating(owner):
-            return
-        uid = owner["metadata"]["uid"]
-        finalizers = owner["metadata"].get("finalizers") or []
-        remaining = 0
-        for dependent_key in list(self._index.dependents.get(uid, ())):
-            dtype = store.registry.get(dependent_key[0], dependent_key[1])
-            if dtype is None:
-                continue
-            dependent = store.try_get(dtype, dependent_key[2] or None, dependent_key[3])
-            if dependent is None:
-                continue
-            if "orphan" in finalizers:
-
-                def drop_ref(obj: Obj, owner_uid: str = uid) -> None:
-                    refs = [r for r in obj["metadata"].get("ownerReferences") or () if r.get("uid") != owner_uid]
-                    if refs:
-                        obj["metadata"]["ownerReferences"] = refs
-                    else:
-                        obj["metadata"].pop("ownerReferences", None)
-
-                _mutate_quietly(store, dtype, dependent, drop_ref)
-            else:
-                remaining += 1
-                if not podutil.is_terminating(dependent):
-                    _delete_quietly(store, dtype, dependent)
-        if remaining:
-            # Foreground: the owner goes once its dependents are gone; look again on the next change.
-            self._finalizing.add(key)
-            return
-
-        def release(obj: Obj) -> None:
-            kept = [f for f in obj["metadata"].get("finalizers") or () if f not in ("foregroundDeletion", "orphan")]
-            obj["metadata"]["finalizers"] = kept
-
-        _mutate_quietly(store, rtype, owner, release)
-
-    def _require_store(self) -> Store:
-        if self._store is None:
-            raise RuntimeError("GarbageCollector.attach() was not called")
-        return self._store
-
-
-def _delete_quietly(store: Store, rtype: ResourceType, obj: Obj, *, immediate: bool = False) -> None:
-    meta = obj["metadata"]
-    try:
-        store.delete(rtype, meta.get("namespace"), meta["name"], immediate=immediate)
-    except errors.ApiError as exc:
-        log.debug("garbage collector: %s", exc)
-
-
-def _mutate_quietly(store: Store, rtype: ResourceType, obj: Obj, change: Callable[[Obj], None]) -> None:
-    meta = obj["metadata"]
-    try:
-        store.mutate(rtype, meta.get("namespace"), meta["name"], change)
-    except errors.ApiError as exc:
-        log.debug("garbage collector: %s", exc)
