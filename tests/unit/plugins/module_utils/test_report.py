@@ -173,3 +173,12 @@ def test_helpers() -> None:
     assert next_step({"stage": "bake", "outcome": "failed", "rolled_back": True}).startswith(
         "The canary was rolled back"
     )
+
+
+def test_next_step_after_a_run_that_changed_nothing_or_could_not_judge() -> None:
+    unchanged = {"stage": "canary", "outcome": "failed", "cluster_changed": False}
+    assert next_step(unchanged) == "Nothing on the cluster was changed: fix what failed, then run stage=canary again."
+    rollback = {"stage": "rollback", "outcome": "failed", "rolled_back": True, "gates_could_not_run": True}
+    assert "not a verdict on the node" in next_step(rollback) and "take it out of service" not in next_step(rollback)
+    bake = {"stage": "bake", "outcome": "failed", "gates_could_not_run": True}
+    assert next_step(bake).endswith("Run stage=bake again once the API answers.")
