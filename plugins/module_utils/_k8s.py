@@ -507,9 +507,10 @@ class KubeApi:
             try:
                 status, headers, payload = self._send(method, path, query=query, body=body, content_type=content_type)
             except KubeUnreachableError as err:
-                # A broken connection leaves unknown whether the server acted: resend only what may be repeated.
+                # A broken connection leaves unknown whether the server acted: resend only what may be
+                # repeated. A timeout is not retried: a server that hangs would hang each attempt again.
                 err.attempts = attempt
-                if not resendable or last_attempt:
+                if not resendable or last_attempt or not _CONNECTION_BROKEN.search(err.msg):
                     if attempt > 1:
                         err.msg = f"{err.msg} (after {attempt} attempts)"
                         err.args = (err.msg,)

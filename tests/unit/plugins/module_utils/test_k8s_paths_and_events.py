@@ -177,6 +177,10 @@ def test_a_broken_connection_is_retried_for_what_may_be_resent():
     server = _Server(reset, reset, _Answer(200, b"{}"))
     assert _api(server).request("GET", "/api/v1/nodes") == {}
     assert len(server.sent) == 3
+    hung = _Server(urllib3.exceptions.ReadTimeoutError(None, "/api/v1/nodes", "Read timed out."), _Answer(200))
+    with pytest.raises(KubeUnreachableError):
+        _api(hung).request("GET", "/api/v1/nodes")
+    assert len(hung.sent) == 1  # a hung server would hang each attempt again
     post = _Server(reset, _Answer(201))
     with pytest.raises(KubeUnreachableError):
         _api(post).request("POST", "/api/v1/namespaces/ns/configmaps", body={"metadata": {"generateName": "x"}})
