@@ -15,6 +15,7 @@ import pytest
 
 from .conftest import run_playbook
 from .test_clusterpolicy_upgrade import get_json, policy
+from .test_clusterpolicy_upgrade import twin_factory as start_twin_fixture
 from .test_upgrade_flow import (
     CANARY,
     EXAMPLE,
@@ -24,11 +25,14 @@ from .test_upgrade_flow import (
     cluster_ledger,
     drivers,
     flow,
+    last_report,
     node_labels,
     writes,
 )
 
 pytestmark = pytest.mark.slow
+# A twin of each test's own, with a scenario where a test needs one.
+twin_factory = start_twin_fixture
 
 # What the example matrix's canary_testing names for the operands the GPU Operator group changes.
 CANARY_OPERANDS = {"dcgmExporter": "4.1.1-4.0.4", "devicePlugin": "v0.17.1", "toolkit": "v1.17.5"}
@@ -110,6 +114,9 @@ def test_node_patch_errors_are_retried_and_a_run_that_changed_nothing_is_not_ref
     (entry,) = cluster_ledger(twin)
     assert (entry["stage"], entry["outcome"], entry["cluster_changed"]) == ("canary", "failed", False)
     assert {key.split(" ", 1)[1] for key in writes(twin)} <= {"nodes", "configmaps"}
+    assert "Nothing on the cluster was changed: fix what failed, then run stage=canary again." in last_report(
+        workspace, "canary"
+    )
 
     # The API recovers except for six more 503s on node PATCH: the re-run is not
     # refused (nothing changed) and rides out the errors.
@@ -126,8 +133,10 @@ def test_node_patch_errors_are_retried_and_a_run_that_changed_nothing_is_not_ref
     assert [e["outcome"] for e in cluster_ledger(twin)] == ["failed", "success"]
 
 
-def test_gates_that_cannot_run_are_an_infrastructure_failure_and_job_errors_are_retried(fresh_twin, workspace):
-    twin = fresh_twin
+def test_gates_that_cannot_run_are_an_infrastructure_failure_and_job_errors_are_retried(twin_factory, workspace):
+    # Without seeded workloads: the gates and the operands are what is looked at here, and a loaded machine
+    # lets many simulated hours pass between the stages (PodDisruptionBudgets then get in the way).
+    twin = twin_factory(scenario={"workloads": False})
     # Three 500s on Job creation: each gate's Job is created again and the gates judge the canary.
     api_errors(twin, code=500, count=3, verb="create", resource="jobs")
     twin.admin("POST", "report/reset")
@@ -151,6 +160,8 @@ def test_gates_that_cannot_run_are_an_infrastructure_failure_and_job_errors_are_
     assert "node itself is faulty" not in entry["message"] and "infrastructure failure" in entry["message"]
     assert drivers(twin)[CANARY] == OLD_DRIVER
     assert "gpu-canary" not in node_labels(twin)[CANARY]
+    report = last_report(workspace, "rollback")
+    assert "not a verdict on the node" in report and "take it out of service" not in report
 
     # The software is back at current_production but for the operator itself, which
     # OLM cannot downgrade (the rollback says so): the audit agrees, naming only that.
