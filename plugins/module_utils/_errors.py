@@ -29,12 +29,16 @@ class InvalidInputError(GpuFleetError):
 class KubeApiError(GpuFleetError):
     """The Kubernetes API refused or failed a request."""
 
-    def __init__(self, msg: str, *, status: int = 0, reason: str = "", method: str = "", path: str = "") -> None:
+    def __init__(
+        self, msg: str, *, status: int = 0, reason: str = "", method: str = "", path: str = "", attempts: int = 1
+    ) -> None:
         super().__init__(msg)
         self.status = status
         self.reason = reason
         self.method = method
         self.path = path
+        # How many times the request was sent (transient failures are retried).
+        self.attempts = attempts
 
 
 class KubeUnreachableError(KubeApiError):

@@ -179,12 +179,17 @@ class GateVerdict:
     details: Dict[str, Any] = field(default_factory=dict)
     job: str = ""
     elapsed: float = 0.0
+    # Set when the gate could not run because the cluster's API failed it (after
+    # the retries): an infrastructure failure, which says nothing about the node.
+    api_error: str = ""
 
     def as_dict(self) -> Dict[str, Any]:
         return {
             "gate": self.gate,
             "node": self.node,
             "passed": self.passed,
+            "could_not_run": bool(self.api_error),
+            "api_error": self.api_error,
             "reason": self.reason,
             "evidence": self.evidence,
             "details": self.details,
@@ -211,6 +216,11 @@ class GateReport:
                 return dict(verdict.details.get("counters") or {})
         return {}
 
+    @property
+    def infrastructure_failures(self) -> List[str]:
+        """Gates that could not run because of the API, each with the API's error: no verdict on the node."""
+        return [f"{verdict.gate}: {verdict.api_error}" for verdict in self.verdicts if verdict.api_error]
+
     def as_dict(self) -> Dict[str, Any]:
         failed = [verdict for verdict in self.verdicts if not verdict.passed]
         return {
@@ -218,6 +228,9 @@ class GateReport:
             "passed": self.passed,
             "gates": [verdict.as_dict() for verdict in self.verdicts],
             "failed_gates": [verdict.gate for verdict in failed],
+            # Failed gates that ran and judged the node, apart from those the API kept from running.
+            "judged_failed_gates": [verdict.gate for verdict in failed if not verdict.api_error],
+            "infrastructure_failures": self.infrastructure_failures,
             "summary": "all gates passed"
             if self.passed
             else "; ".join(f"{verdict.gate}: {verdict.reason}" for verdict in failed),
@@ -674,11 +687,18 @@ def run_gates(
     try:
         for run in runs:
             try:
+                # KubeApi retries transient answers (5xx, 429, a broken connection) a bounded number of times.
                 api.create(JOBS, run.job, namespace=settings.namespace)
             except KubeApiError as err:
-                run.create_error = f"the gate's Job could not be created: {err.msg}"
+                run.create_error = err.msg
             run.created_at = clock()
-        verdicts = _await_and_judge(api, node=node, runs=runs, settings=settings, fetch=fetch, clock=clock, pause=pause)
+        try:
+            verdicts = _await_and_judge(
+                api, node=node, runs=runs, settings=settings, fetch=fetch, clock=clock, pause=pause
+            )
+        except KubeApiError as err:
+            # The gates' pods and Jobs could not be watched: none of them was judged.
+            verdicts = [_could_not_run(run.gate, node, run.create_error or err.msg, job=run) for run in runs]
     finally:
         left = cleanup_gate_objects(
             api,
@@ -691,6 +711,11 @@ def run_gates(
         for verdict in report.verdicts:
             verdict.details.setdefault("cleanup_left", left)
     return report
+
+
+def _could_not_run(gate: str, node: str, api_error: str, *, job: _GateRun) -> GateVerdict:
+    reason = f"could not run (infrastructure failure, not a verdict on the node): {api_error}"
+    return GateVerdict(gate, node, False, reason, job=job.job["metadata"]["name"], api_error=api_error)
 
 
 def job_failure(job: Optional[Mapping[str, Any]]) -> str:
@@ -763,7 +788,7 @@ def _await_and_judge(
     for run in runs:
         job_name = run.job["metadata"]["name"]
         if run.create_error:
-            verdicts.append(GateVerdict(run.gate, node, False, run.create_error, job=job_name))
+            verdicts.append(_could_not_run(run.gate, node, run.create_error, job=run))
             continue
         state = observed[run.gate]
         elapsed = (state.settled_at if state.settled_at is not None else clock()) - run.created_at
@@ -803,7 +828,7 @@ def _judge_finished(
                 settings.namespace, meta.get("name", ""), container=container["name"], limit_bytes=_LOG_LIMIT
             )
         except KubeApiError as err:
-            return GateVerdict(run.gate, node, False, f"its log cannot be read: {err.msg}", job=job_name)
+            return _could_not_run(run.gate, node, f"its log cannot be read: {err.msg}", job=run)
     xid_samples = None
     if run.gate == "gpu_errors" and settings.prometheus_url and fetch is not None:
         try:

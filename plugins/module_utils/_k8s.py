@@ -16,10 +16,12 @@ import datetime
 import email.utils
 import gc
 import json
+import random
+import re
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 from urllib.parse import quote
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
@@ -105,11 +107,64 @@ PATCH_CONTENT_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
 }
 
+# The collection's one retry policy for the Kubernetes API (roles apply the same
+# statuses to kubernetes.core tasks through the test plugin transient_api_error).
+# Transient: the server throttled (429), failed or was unavailable (5xx), or lost
+# a race it resolves itself (409 Conflict on a write that carries no
+# resourceVersion), or the connection broke. Everything else (400, 401, 403,
+# 404, 409 AlreadyExists, 422) is an answer, not an accident, and fails at once.
+TRANSIENT_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 # Statuses after which a request may be sent again: the server either did
-# not process it (429) or the method is idempotent and the failure transient.
+# not process it (429) or the request can be repeated without harm.
 _RETRY_ANY_METHOD = frozenset({429})
-_RETRY_IDEMPOTENT = frozenset({500, 502, 503, 504})
+_RETRY_RESENDABLE = frozenset({500, 502, 503, 504})
 _IDEMPOTENT_METHODS = frozenset({"GET", "PUT", "PATCH", "DELETE"})
+_HTTP_REASONS = {
+    "conflict": 409,
+    "too many requests": 429,
+    "internal server error": 500,
+    "bad gateway": 502,
+    "service unavailable": 503,
+    "gateway timeout": 504,
+}
+# How a dropped connection shows in urllib3's and http.client's messages.
+_CONNECTION_BROKEN = re.compile(
+    r"connection reset|connection aborted|remotedisconnected|remote end closed|broken pipe|protocolerror",
+    re.IGNORECASE,
+)
+# The status of a failed kubernetes.core task: ApiException's text "(503)\nReason: ..."
+# or the Status body the module quotes ('"code":503').
+_STATUS_IN_TEXT = re.compile(r"\((\d{3})\)\s*\n?\s*Reason:|\"code\":\s*(\d{3})")
+
+
+def transient_failure(result: Mapping[str, Any]) -> str:
+    """Why a failed task result is a transient API failure worth retrying, or "" when it is not.
+
+    Pure; reads what kubernetes.core modules return when they fail (``msg``,
+    ``reason``, ``status``/``error``). A 409 AlreadyExists is not transient.
+    """
+    if not isinstance(result, Mapping) or not result.get("failed"):
+        return ""
+    text = str(result.get("msg") or "")
+    if "AlreadyExists" in text:
+        return ""
+    status = 0
+    for key in ("status", "error"):
+        value = result.get(key)
+        if isinstance(value, int) and 100 <= value < 600:
+            status = value
+            break
+    if not status:
+        match = _STATUS_IN_TEXT.search(text)
+        if match:
+            status = int(match.group(1) or match.group(2))
+    if not status:
+        status = _HTTP_REASONS.get(str(result.get("reason") or "").strip().lower(), 0)
+    if status in TRANSIENT_STATUSES:
+        return f"the API answered {status}"
+    if not status and _CONNECTION_BROKEN.search(text):
+        return "the connection to the API broke"
+    return ""
 
 
 def k8s_auth_argument_spec() -> Dict[str, Any]:
@@ -154,11 +209,14 @@ class KubeApi:
         retries: int = 6,
         request_timeout: float = 60.0,
         pause: Callable[[float], None] = time.sleep,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         self._client = api_client
         self._retries = retries
         self._timeout = request_timeout
         self._pause = pause
+        # Spreads the retries of many clients apart (a uniform fraction in [0, 1)).
+        self._jitter = jitter
         self.requests_sent = 0
         # The ansible process that started this module: no request leaves once it is gone (see _wait).
         self.controller = THIS_CONTROLLER
@@ -264,7 +322,24 @@ class KubeApi:
     def create(
         self, ref: ResourceRef, body: Dict[str, Any], *, namespace: Optional[str] = None, dry_run: bool = False
     ) -> Dict[str, Any]:
-        return self.request("POST", ref.path(namespace=namespace), body=body, query=_dry_run(dry_run))
+        """POST; an object with a fixed name is sent again after a 5xx or a broken connection.
+
+        Resending cannot make a second object: the name is taken, so the server
+        answers 409 AlreadyExists. After a resend that answer means the first
+        attempt did land, and the object is read back and returned.
+        """
+        name = str((body.get("metadata") or {}).get("name") or "")
+        try:
+            return self.request(
+                "POST", ref.path(namespace=namespace), body=body, query=_dry_run(dry_run), resendable=bool(name)
+            )
+        except KubeApiError as err:
+            if not (err.status == 409 and err.reason == "AlreadyExists" and err.attempts > 1 and not dry_run):
+                raise
+            found = self.get(ref, name, namespace=namespace)
+            if found is None:
+                raise
+            return found
 
     def replace(self, ref: ResourceRef, body: Dict[str, Any], *, dry_run: bool = False) -> Dict[str, Any]:
         """PUT guarded by the body's resourceVersion: a stale one answers 409."""
@@ -290,6 +365,11 @@ class KubeApi:
             body=patch,
             content_type=PATCH_CONTENT_TYPES[patch_type],
             query=_dry_run(dry_run),
+            # A patch that does not name the resourceVersion it was computed
+            # from applies to whatever is current: a 409 is the server's own
+            # race, and the same patch may be sent again. A guarded one is
+            # recomputed by its caller on fresh data instead.
+            retry_conflict=not _carries_resource_version(patch),
         )
 
     def delete(
@@ -327,7 +407,10 @@ class KubeApi:
                 "POST",
                 PODS.path(namespace=namespace, name=name, subresource="eviction"),
                 body=body,
-                retry_statuses=frozenset(),
+                # 429 is the budget's answer (the caller waits and asks again); a 5xx
+                # or a broken connection is retried: asking twice evicts once.
+                retry_statuses=_RETRY_RESENDABLE,
+                resendable=True,
             )
         except KubeApiError as err:
             if err.status == 429:
@@ -347,10 +430,24 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         retry_statuses: Optional[frozenset] = None,
+        resendable: Optional[bool] = None,
+        retry_conflict: bool = False,
     ) -> Dict[str, Any]:
-        """Send one API request (with bounded retries) and return the decoded JSON body."""
+        """Send one API request (with bounded retries) and return the decoded JSON body.
+
+        ``resendable`` says the request may be repeated after a 5xx or a broken
+        connection (default: for GET, PUT, PATCH and DELETE); ``retry_conflict``
+        adds 409 Conflict; ``retry_statuses`` replaces the statuses retried.
+        """
         payload = self._request_payload(
-            method, path, query=query, body=body, content_type=content_type, retry_statuses=retry_statuses
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            retry_statuses=retry_statuses,
+            resendable=resendable,
+            retry_conflict=retry_conflict,
         )
         if not payload:
             return {}
@@ -391,9 +488,7 @@ class KubeApi:
         a scheduled job on any controller then agrees on how long a canary has
         baked (every HTTP server sends Date, RFC 9110 section 6.6.1).
         """
-        status, headers, payload = self._send("GET", "/version", query=None, body=None, content_type="application/json")
-        if not 200 <= status < 300:
-            raise _api_error("GET", "/version", status, payload)
+        headers, _payload = self._exchange("GET", "/version")
         return _server_date(headers)
 
     def _request_payload(
@@ -405,21 +500,63 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         retry_statuses: Optional[frozenset] = None,
+        resendable: Optional[bool] = None,
+        retry_conflict: bool = False,
     ) -> Any:
-        retryable = (
-            retry_statuses
-            if retry_statuses is not None
-            else (_RETRY_ANY_METHOD | (_RETRY_IDEMPOTENT if method in _IDEMPOTENT_METHODS else frozenset()))
-        )
+        return self._exchange(
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            retry_statuses=retry_statuses,
+            resendable=resendable,
+            retry_conflict=retry_conflict,
+        )[1]
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[Dict[str, Any]] = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        retry_statuses: Optional[frozenset] = None,
+        resendable: Optional[bool] = None,
+        retry_conflict: bool = False,
+    ) -> tuple:
+        """(headers, payload) of the first successful answer, after bounded, jittered retries of transient failures."""
+        if resendable is None:
+            resendable = method in _IDEMPOTENT_METHODS
+        if retry_statuses is not None:
+            retryable = retry_statuses
+        else:
+            retryable = _RETRY_ANY_METHOD | (_RETRY_RESENDABLE if resendable else frozenset())
+            retryable |= frozenset({409}) if retry_conflict else frozenset()
         error: Optional[KubeApiError] = None
         for attempt in range(1, self._retries + 2):
-            status, headers, payload = self._send(method, path, query=query, body=body, content_type=content_type)
+            last_attempt = attempt > self._retries
+            try:
+                status, headers, payload = self._send(method, path, query=query, body=body, content_type=content_type)
+            except KubeUnreachableError as err:
+                # A broken connection leaves unknown whether the server acted: resend only what may be
+                # repeated. A timeout is not retried: a server that hangs would hang each attempt again.
+                err.attempts = attempt
+                if not resendable or last_attempt or not _CONNECTION_BROKEN.search(err.msg):
+                    if attempt > 1:
+                        err.msg = f"{err.msg} (after {attempt} attempts)"
+                        err.args = (err.msg,)
+                    raise
+                self._pause(_backoff(attempt, None, jitter=self._jitter()))
+                continue
             if 200 <= status < 300:
-                return payload
-            error = _api_error(method, path, status, payload)
-            if status not in retryable or attempt > self._retries:
+                return headers, payload
+            error = _api_error(method, path, status, payload, attempts=attempt)
+            if status not in retryable or last_attempt or (status == 409 and error.reason == "AlreadyExists"):
                 break
-            self._pause(_backoff(attempt, headers.get("Retry-After") or headers.get("retry-after")))
+            retry_after = headers.get("Retry-After") or headers.get("retry-after")
+            self._pause(_backoff(attempt, retry_after, jitter=self._jitter()))
         raise error or KubeApiError(f"{method} {path} was not sent", method=method, path=path)
 
     def _send(self, method: str, path: str, *, query: Optional[Dict[str, Any]], body: Any, content_type: str) -> tuple:
@@ -545,16 +682,29 @@ def _dry_run(dry_run: bool) -> Optional[Dict[str, Any]]:
     return {"dryRun": "All"} if dry_run else None
 
 
-def _backoff(attempt: int, retry_after: Optional[str]) -> float:
+def _carries_resource_version(patch: Any) -> bool:
+    """Whether a patch body names the resourceVersion it was computed from (merge patch or JSON patch)."""
+    if isinstance(patch, Mapping):
+        return bool((patch.get("metadata") or {}).get("resourceVersion"))
+    if isinstance(patch, list):
+        return any(isinstance(op, Mapping) and op.get("path") == "/metadata/resourceVersion" for op in patch)
+    return False
+
+
+def _backoff(attempt: int, retry_after: Optional[str], *, jitter: float = 0.0) -> float:
+    """Seconds before the next attempt: the server's Retry-After (capped at 10 s) or 0.2 s doubling up to 5 s,
+    each stretched by up to half again by ``jitter`` (a fraction in [0, 1)), so clients that failed together
+    do not come back together. Bounded: at most 15 s."""
+    spread = 1.0 + 0.5 * min(max(jitter, 0.0), 1.0)
     if retry_after:
         try:
-            return min(float(retry_after), 10.0)
+            return min(float(retry_after), 10.0) * spread
         except ValueError:
             pass
-    return min(0.2 * (2 ** (attempt - 1)), 5.0)
+    return min(0.2 * (2 ** (attempt - 1)), 5.0) * spread
 
 
-def _api_error(method: str, path: str, status: int, payload: Any) -> KubeApiError:
+def _api_error(method: str, path: str, status: int, payload: Any, *, attempts: int = 1) -> KubeApiError:
     reason, message = "", ""
     try:
         decoded = json.loads(payload) if payload else {}
@@ -564,8 +714,14 @@ def _api_error(method: str, path: str, status: int, payload: Any) -> KubeApiErro
     except (ValueError, TypeError):
         message = payload.decode("utf-8", "replace")[:500] if isinstance(payload, bytes) else str(payload)[:500]
     text = message or reason or "no message"
+    tries = f" (after {attempts} attempts)" if attempts > 1 else ""
     return KubeApiError(
-        f"{method} {path} answered {status}: {text}", status=status, reason=reason, method=method, path=path
+        f"{method} {path} answered {status}: {text}{tries}",
+        status=status,
+        reason=reason,
+        method=method,
+        path=path,
+        attempts=attempts,
     )
 
 

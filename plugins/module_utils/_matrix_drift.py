@@ -73,13 +73,13 @@ _GPU_NODE_LABELS = ("nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10
 _DRIVER_TAG = re.compile(r"^(\d{3,}\.\d+(?:\.\d+)?)(?:-|$)")
 _MOFED_TAG = re.compile(r"^((?:doca\d+(?:\.\d+)*-)?\d+\.\d+-\d+(?:\.\d+){2,4}(?:-\d+)?)(?:-.*)?$")
 _RHCOS_IMAGE = re.compile(r"CoreOS\s+(\d+\.\d+\.\d+-\d+)")
-# Operand DaemonSets the GPU Operator creates, and the image each holds.
-_OPERAND_DAEMONSETS = {
+# Operand DaemonSets the GPU Operator creates, and the image each holds (shared with _gpu_operands).
+OPERAND_DAEMONSETS = {
     "dcgm": ("nvidia-dcgm-exporter", "dcgm-exporter"),
     "device_plugin": ("nvidia-device-plugin-daemonset", "k8s-device-plugin"),
     "container_toolkit": ("nvidia-container-toolkit-daemonset", "container-toolkit"),
 }
-_CLUSTERPOLICY_FIELDS = {"dcgm": "dcgmExporter", "device_plugin": "devicePlugin", "container_toolkit": "toolkit"}
+CLUSTERPOLICY_FIELDS = {"dcgm": "dcgmExporter", "device_plugin": "devicePlugin", "container_toolkit": "toolkit"}
 _CSV_PREFIXES = {
     "gpu_operator": ("gpu-operator-certified.", "gpu-operator."),
     "network_operator": ("nvidia-network-operator.", "network-operator."),
@@ -323,13 +323,13 @@ def _operand_versions(
     found: Dict[str, Tuple[str, str]] = {}
     for policy in clusterpolicies:
         spec = policy.get("spec") or {}
-        for component, field_name in _CLUSTERPOLICY_FIELDS.items():
+        for component, field_name in CLUSTERPOLICY_FIELDS.items():
             version = (spec.get(field_name) or {}).get("version")
             if version and not _is_digest(version) and component not in found:
                 found[component] = (str(version), f"ClusterPolicy {_ref(policy)} spec.{field_name}.version")
     for daemonset in daemonsets:
         name = _meta(daemonset).get("name")
-        for component, (ds_name, image_name) in _OPERAND_DAEMONSETS.items():
+        for component, (ds_name, image_name) in OPERAND_DAEMONSETS.items():
             if component in found or name != ds_name:
                 continue
             template = (daemonset.get("spec") or {}).get("template") or {}

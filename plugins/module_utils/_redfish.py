@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import random
 import secrets
 import socket
 import ssl
@@ -58,8 +59,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait
 
 SERVICE_ROOT = "/redfish/v1"
 JSON_TYPE = "application/json"
-# Statuses a BMC answers while it is busy or coming up; a request may be sent again.
-_RETRY_STATUSES = frozenset({502, 503, 504})
+# Statuses a BMC answers while it is busy, throttling or coming up; a request may be sent again.
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
 # Methods sent again after a timeout or a dropped connection. A POST (an update, a reset) may have been
 # carried out before its answer was lost: sent again it would start a second job or a second reset.
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
@@ -401,10 +402,13 @@ class RedfishClient:
         *,
         clock: Callable[[], float] = time.monotonic,
         pause: Callable[[float], None] = time.sleep,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.pause = pause
+        # Spreads the retries of BMCs that failed together apart (a uniform fraction in [0, 1)).
+        self.jitter = jitter
         self._token = ""
         self._session_uri = ""
         self._basic = False
@@ -479,7 +483,9 @@ class RedfishClient:
                     return response
                 last_error = f"HTTP {response.status}: " + describe_error_body(response.body, fallback="busy")
             if attempt < attempts - 1:
-                self.pause(self.settings.retry_sleep * (attempt + 1))
+                # Linear back-off stretched by up to half again at random; bounded by retries and retry_sleep.
+                spread = 1.0 + 0.5 * min(max(self.jitter(), 0.0), 1.0)
+                self.pause(self.settings.retry_sleep * (attempt + 1) * spread)
         raise RedfishUnreachableError(
             f"BMC {self.address} did not answer {method} {uri} after {attempts} attempt(s): {last_error}"
         )

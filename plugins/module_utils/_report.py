@@ -102,11 +102,23 @@ def next_step(entry: Mapping[str, Any]) -> str:
     bake = entry.get("bake") or {}
     if outcome == "refused":
         return "Fix what the refusal names, then run the stage again."
+    if outcome == "failed" and stage in ("canary", "promote") and entry.get("cluster_changed") is False:
+        return f"Nothing on the cluster was changed: fix what failed, then run stage={stage} again."
+    if outcome == "failed" and entry.get("gates_could_not_run"):
+        unjudged = (
+            "The validation gates could not run because of the Kubernetes API (an infrastructure failure, not a "
+            "verdict on the node). "
+        )
+        if stage == "rollback":
+            return unjudged + "The software is back to known-good; validate the node once the API answers."
+        if stage == "bake":
+            return unjudged + "Run stage=bake again once the API answers."
+        if stage == "promote":
+            return unjudged + "Run stage=promote again once the API answers (the matrix was not changed)."
+        return unjudged + "Run stage=rollback to return the canary node to production, then try the canary again."
     if stage == "canary" and outcome == "success":
         ends = bake.get("ends_at") or _hours_after(entry.get("recorded_at"), bake.get("required_hours", 48))
         return f"Let the canary bake until {ends} (cluster time), checked by stage=bake; then run stage=promote."
-    if stage == "canary" and outcome == "failed" and not entry.get("cluster_changed", True):
-        return "Nothing was changed: fix what the failure names, then run stage=canary again."
     if stage == "canary" and outcome == "failed":
         return "Read the failures above, then run stage=rollback to return the canary node to production."
     if stage == "bake" and outcome == "success":

@@ -246,6 +246,21 @@ failed_gates:
   type: list
   elements: str
   sample: [rdma]
+judged_failed_gates:
+  description: The failed gates that ran and judged the node (O(failed_gates) less those that could not run).
+  returned: always
+  type: list
+  elements: str
+  sample: [rdma]
+infrastructure_failures:
+  description:
+    - Gates that could not run because the Kubernetes API failed them after the retries (their Job could not be
+      created, their pods or log could not be read), each with the API's error.
+    - An infrastructure failure, not a verdict on the node; such a gate counts as failed, never as passed.
+  returned: always
+  type: list
+  elements: str
+  sample: ["dcgm_diag: POST /apis/batch/v1/namespaces/ns/jobs answered 500: Internal error (after 7 attempts)"]
 summary:
   description: One line a person reads.
   returned: always
@@ -367,6 +382,8 @@ def validate(module):
             "node": params["node"],
             "gates": [],
             "failed_gates": [],
+            "judged_failed_gates": [],
+            "infrastructure_failures": [],
             "summary": f"check mode: {', '.join(gates)} not run",
             "counters": {},
             "elapsed": 0.0,

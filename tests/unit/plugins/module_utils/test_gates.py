@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, KubeApiError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     ECC_FIELDS,
     GATE_NAMES,
@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     job_failure,
     judge_gate,
     pod_situation,
+    run_gates,
     validate_gate_names,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse import MetricSample
@@ -345,3 +346,58 @@ def test_evidence_shows_the_failing_port_wherever_it_is() -> None:
     assert "| Targeted Power            | Pass - GPUs: 0, 2, 3" in shown and "Fail - GPU: 1" in shown
     assert "Denylist" not in shown
     assert gate_evidence({"smoke": "Training smoke: OK\n"}) == "--- smoke ---\nTraining smoke: OK\n"
+
+
+class _FailingApi:
+    """A cluster whose API fails what ``failing`` names (after KubeApi's own retries)."""
+
+    def __init__(self, *, failing: str) -> None:
+        self.failing = failing
+        self.created: list[str] = []
+
+    def _error(self, method: str) -> KubeApiError:
+        return KubeApiError(f"{method} /apis/batch/v1/jobs answered 500: boom (after 7 attempts)", status=500)
+
+    def create(self, ref, body, *, namespace=None, dry_run=False):
+        if self.failing == "create":
+            raise self._error("POST")
+        self.created.append(body["metadata"]["name"])
+        return body
+
+    def list(self, ref, **kwargs):
+        if self.failing == "list":
+            raise self._error("GET")
+        return []
+
+    def request(self, *args, **kwargs):
+        return {}
+
+    def delete(self, *args, **kwargs):
+        return None
+
+
+@pytest.mark.parametrize("failing", ["create", "list"])
+def test_gates_the_api_kept_from_running_are_no_verdict_on_the_node(failing: str) -> None:
+    clock = iter(range(1000))
+    report = run_gates(
+        _FailingApi(failing=failing),
+        node="gpu-worker-001",
+        gates=["rdma", "dcgm_diag"],
+        settings=SETTINGS,
+        clock=lambda: float(next(clock)),
+        pause=lambda seconds: None,
+    )
+    summary = report.as_dict()
+    assert summary["passed"] is False  # a gate that did not run never passes
+    assert summary["judged_failed_gates"] == []
+    assert [line.split(":", 1)[0] for line in summary["infrastructure_failures"]] == ["rdma", "dcgm_diag"]
+    assert all("answered 500" in line for line in summary["infrastructure_failures"])
+    assert all(gate["could_not_run"] and "not a verdict on the node" in gate["reason"] for gate in summary["gates"])
+
+
+def test_a_gate_that_ran_and_failed_is_a_verdict() -> None:
+    bad = GateVerdict("rdma", "n", False, "mlx5_3/1 is Down/Disabled")
+    unrun = GateVerdict("dcgm_diag", "n", False, "could not run", api_error="POST ... answered 500")
+    summary = GateReport(node="n", verdicts=[bad, unrun]).as_dict()
+    assert summary["judged_failed_gates"] == ["rdma"]
+    assert summary["infrastructure_failures"] == ["dcgm_diag: POST ... answered 500"]

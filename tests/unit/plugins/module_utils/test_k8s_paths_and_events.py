@@ -1,11 +1,19 @@
 import datetime
+import json
 
+import pytest
+import urllib3
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import KubeApiError, KubeUnreachableError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     CLUSTER_POLICIES,
+    JOBS,
     NODES,
     PODS,
+    KubeApi,
     _api_error,
     _backoff,
+    transient_failure,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import EVENT_REASON, build_event
 
@@ -60,3 +68,143 @@ def test_event_for_a_namespaced_object_stays_in_its_namespace():
     assert event["metadata"]["namespace"] == "ml"
     assert event["involvedObject"]["namespace"] == "ml"
     assert event["type"] == "Warning"
+
+
+# -- the retry policy -------------------------------------------------------------------------------
+
+
+class _Answer:
+    def __init__(self, status, body=b"{}", headers=None):
+        self.status, self.data, self._headers = status, body, headers or {}
+
+    def read(self):
+        return self.data
+
+    def getheaders(self):
+        return self._headers
+
+
+class _Server:
+    """An api_client stand-in that answers from a script and records what was sent."""
+
+    configuration = type("Configuration", (), {"host": "https://api.example:6443"})
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.sent = []
+
+    def param_serialize(self, method, path, **kwargs):
+        return (method, path, kwargs.get("body"))
+
+    def call_api(self, method, path, body, _request_timeout=None):
+        self.sent.append((method, path))
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def _status(code, reason):
+    return json.dumps({"kind": "Status", "code": code, "reason": reason, "message": f"{reason} here"}).encode()
+
+
+def _api(server, pauses=None):
+    return KubeApi(server, pause=(pauses if pauses is not None else []).append, jitter=lambda: 0.5)
+
+
+def test_transient_statuses_are_retried_with_jittered_bounded_backoff():
+    pauses = []
+    server = _Server(*[_Answer(503, _status(503, "ServiceUnavailable")) for _ in range(6)], _Answer(200, b'{"a": 1}'))
+    assert _api(server, pauses).patch(NODES, "n", {"metadata": {"labels": {"x": "y"}}}) == {"a": 1}
+    assert len(server.sent) == 7
+    assert pauses == [0.25, 0.5, 1.0, 2.0, 4.0, 6.25]  # 0.2 s doubling, capped at 5 s, stretched by the jitter
+
+
+def test_retries_are_bounded_and_the_error_says_how_often():
+    server = _Server(*[_Answer(500, _status(500, "InternalError")) for _ in range(10)])
+    with pytest.raises(KubeApiError) as caught:
+        _api(server).request("GET", "/api/v1/nodes")
+    assert len(server.sent) == 7 and caught.value.attempts == 7
+    assert "answered 500" in caught.value.msg and "after 7 attempts" in caught.value.msg
+
+
+@pytest.mark.parametrize("code", [400, 403, 404, 422])
+def test_answers_that_are_not_accidents_fail_at_once(code):
+    server = _Server(_Answer(code, _status(code, "Nope")), _Answer(200))
+    with pytest.raises(KubeApiError) as caught:
+        _api(server).patch(NODES, "n", {"metadata": {"labels": {"x": "y"}}})
+    assert caught.value.status == code and len(server.sent) == 1
+
+
+def test_a_conflict_is_retried_only_for_a_patch_that_names_no_resource_version():
+    free = _Server(_Answer(409, _status(409, "Conflict")), _Answer(200))
+    _api(free).patch(NODES, "n", {"metadata": {"labels": {"x": "y"}}})
+    assert len(free.sent) == 2
+    guarded = _Server(_Answer(409, _status(409, "Conflict")), _Answer(200))
+    with pytest.raises(KubeApiError):
+        _api(guarded).patch(NODES, "n", {"metadata": {"resourceVersion": "7", "labels": {"x": "y"}}})
+    assert len(guarded.sent) == 1  # the caller recomputes it on fresh data
+
+
+def test_a_named_create_is_resent_after_a_5xx_and_an_unnamed_one_is_not():
+    job = {"metadata": {"name": "gate-1", "namespace": "ns"}}
+    server = _Server(*[_Answer(500, _status(500, "InternalError")) for _ in range(3)], _Answer(201, b'{"ok": 1}'))
+    assert _api(server).create(JOBS, job, namespace="ns") == {"ok": 1}
+    assert len(server.sent) == 4
+    unnamed = _Server(_Answer(500, _status(500, "InternalError")), _Answer(201))
+    with pytest.raises(KubeApiError):
+        _api(unnamed).create(JOBS, {"metadata": {"generateName": "gate-"}}, namespace="ns")
+    assert len(unnamed.sent) == 1
+
+
+def test_a_resent_create_that_finds_its_object_returns_it():
+    job = {"metadata": {"name": "gate-1", "namespace": "ns"}}
+    server = _Server(
+        _Answer(504, _status(504, "Timeout")),  # the first attempt landed, the answer got lost
+        _Answer(409, _status(409, "AlreadyExists")),
+        _Answer(200, b'{"metadata": {"name": "gate-1"}}'),
+    )
+    assert _api(server).create(JOBS, job, namespace="ns") == {"metadata": {"name": "gate-1"}}
+    assert [method for method, _ in server.sent] == ["POST", "POST", "GET"]
+    first = _Server(_Answer(409, _status(409, "AlreadyExists")))
+    with pytest.raises(KubeApiError) as caught:
+        _api(first).create(JOBS, job, namespace="ns")
+    assert caught.value.reason == "AlreadyExists"  # someone else's object: not ours to take
+
+
+def test_a_broken_connection_is_retried_for_what_may_be_resent():
+    reset = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset"))
+    server = _Server(reset, reset, _Answer(200, b"{}"))
+    assert _api(server).request("GET", "/api/v1/nodes") == {}
+    assert len(server.sent) == 3
+    hung = _Server(urllib3.exceptions.ReadTimeoutError(None, "/api/v1/nodes", "Read timed out."), _Answer(200))
+    with pytest.raises(KubeUnreachableError):
+        _api(hung).request("GET", "/api/v1/nodes")
+    assert len(hung.sent) == 1  # a hung server would hang each attempt again
+    post = _Server(reset, _Answer(201))
+    with pytest.raises(KubeUnreachableError):
+        _api(post).request("POST", "/api/v1/namespaces/ns/configmaps", body={"metadata": {"generateName": "x"}})
+    assert len(post.sent) == 1
+
+
+@pytest.mark.parametrize(
+    ("result", "transient"),
+    [
+        ({"failed": True, "msg": 'Failed to patch object: b\'{"kind":"Status","code":503}\''}, True),
+        ({"failed": True, "msg": "Failed to patch object", "reason": "Service Unavailable"}, True),
+        ({"failed": True, "msg": "Exception '(429)\nReason: Too Many Requests\n' raised while..."}, True),
+        ({"failed": True, "msg": 'Failed to patch object: b\'{"reason":"Conflict","code":409}\''}, True),
+        (
+            {"failed": True, "msg": "('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))"},
+            True,
+        ),
+        ({"failed": True, "msg": 'Failed to create object: b\'{"reason":"AlreadyExists","code":409}\''}, False),
+        ({"failed": True, "msg": "Failed to patch object: b'{\"code\":403}'", "reason": "Forbidden"}, False),
+        ({"failed": True, "msg": "Failed to patch object: b'{\"code\":422}'"}, False),
+        ({"failed": True, "msg": "Failed to get", "reason": "Not Found"}, False),
+        ({"failed": False, "reason": "Service Unavailable"}, False),
+        ({"changed": True}, False),
+    ],
+)
+def test_transient_failure_reads_kubernetes_core_results(result, transient):
+    assert bool(transient_failure(result)) is transient

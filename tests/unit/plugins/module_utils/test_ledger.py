@@ -154,6 +154,12 @@ def test_a_canary_refused_at_preflight_leaves_nothing_to_undo() -> None:
     assert not state.canary_failed and not state.open
 
 
+def test_a_bake_check_whose_gates_could_not_run_is_no_failed_check() -> None:
+    entries = [entry("canary", "success", 0), entry("bake", "failed", 12, gates_could_not_run=True)]
+    state = fold_campaign(entries, CHANGE)
+    assert state.bake_checks == [] and not state.bake_failed and state.canary_passed
+
+
 def test_open_changes_most_recent_last() -> None:
     other = "network_operator-aaaa"
     entries = [

@@ -13,6 +13,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
     PROGRESS_FAILED,
     PROGRESS_RUNNING,
     PROGRESS_SCHEDULED,
+    RedfishClient,
+    RedfishResponse,
     RedfishSettings,
     describe_error_body,
     encode_multipart,
@@ -204,3 +206,17 @@ def test_settings_refuse_a_baseurl_without_scheme_and_hide_the_password() -> Non
         RedfishSettings(baseurl="idrac.example.com", username="root", password="Gpuf1eet-Secret")
     settings = RedfishSettings(baseurl="https://10.0.0.5:443/redfish/v1", username="root", password="Gpuf1eet-Secret")
     assert settings.origin == "https://10.0.0.5:443" and "Gpuf1eet-Secret" not in repr(settings)
+
+
+def test_a_busy_or_throttling_bmc_is_retried_with_a_jittered_bounded_back_off() -> None:
+    pauses: list = []
+    client = RedfishClient(
+        RedfishSettings(baseurl="https://bmc.example", username="u", password="p", retries=3, retry_sleep=2.0),
+        pause=pauses.append,
+        jitter=lambda: 0.5,
+    )
+    answers = [RedfishResponse(status=429, headers={}, body={}), RedfishResponse(status=503, headers={}, body={})]
+    answers.append(RedfishResponse(status=200, headers={}, body={"ok": True}))
+    client._send = lambda *args, **kwargs: answers.pop(0)  # type: ignore[method-assign]
+    assert client._exchange("GET", "/redfish/v1", data=None, headers={}, timeout=5).body == {"ok": True}
+    assert pauses == [2.5, 5.0]  # 2 s, then 4 s, each stretched by a quarter here

@@ -203,3 +203,12 @@ def test_pre_steps_left_in_place_are_named_with_the_command_that_restores_them()
         f"restore with `{restore}`"
     ) in failures(entry)
     assert not [item for item in failures(entry) if "SR-IOV operator scaled" in item]
+
+
+def test_next_step_after_a_run_that_changed_nothing_or_could_not_judge() -> None:
+    unchanged = {"stage": "canary", "outcome": "failed", "cluster_changed": False}
+    assert next_step(unchanged) == "Nothing on the cluster was changed: fix what failed, then run stage=canary again."
+    rollback = {"stage": "rollback", "outcome": "failed", "rolled_back": True, "gates_could_not_run": True}
+    assert "not a verdict on the node" in next_step(rollback) and "take it out of service" not in next_step(rollback)
+    bake = {"stage": "bake", "outcome": "failed", "gates_could_not_run": True}
+    assert next_step(bake).endswith("Run stage=bake again once the API answers.")

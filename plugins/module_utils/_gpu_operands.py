@@ -1,0 +1,133 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""The GPU Operator's operands the matrix names: what to write and what to verify (collection-internal, pure).
+
+The matrix's ``dcgm``, ``device_plugin`` and ``container_toolkit`` are the
+ClusterPolicy's ``dcgmExporter``, ``devicePlugin`` and ``toolkit`` images (the
+same mapping the drift audit reads, ``_matrix_drift``). The operator takes an
+operand's image from the ClusterPolicy when the policy names its repository
+and version, else from its own environment (``DCGM_EXPORTER_IMAGE``,
+``DEVICE_PLUGIN_IMAGE``, ``CONTAINER_TOOLKIT_IMAGE``: the OLM bundle's
+defaults); NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go
+``imagePath``. So:
+
+* a pinned operand (the Helm chart renders every one pinned) gets the
+  matrix's version, keeping the OS suffix of the tag it runs
+  (``v0.17.0-ubi8`` -> ``v0.17.1-ubi8``);
+* an unpinned one follows the operator release; it is only verified.
+
+GPU feature discovery ships in the device plugin's image since v0.15, and the
+chart gives it the device plugin's tag: a pinned ``gfd`` on that image follows
+``device_plugin``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_drift import (
+    CLUSTERPOLICY_FIELDS,
+    OPERAND_DAEMONSETS,
+    image_tag,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_versions import (
+    _OS_SUFFIX,
+    same_version,
+    try_parse,
+)
+
+_GFD = ("gfd", "gpu-feature-discovery")
+
+
+def _os_suffix(component: str, version: str) -> str:
+    parsed = try_parse(component, version)
+    suffix = str((parsed.detail or {}).get("suffix") or "") if parsed is not None else ""
+    return suffix if suffix and _OS_SUFFIX.match(suffix) else ""
+
+
+def pinned_version(component: str, *, wanted: str, running: str) -> str:
+    """The tag to pin: the matrix's version with the OS suffix of the one running (unless it names its own)."""
+    if _os_suffix(component, wanted):
+        return wanted
+    suffix = _os_suffix(component, running)
+    return f"{wanted}-{suffix}" if suffix else wanted
+
+
+def operand_plan(policy: Mapping[str, Any], target: Mapping[str, Any]) -> Dict[str, Any]:
+    """The merge patch that moves the ClusterPolicy's pinned operands to ``target``, and what to verify.
+
+    Returns ``{"patch": {...} or {}, "operands": [{component, field, daemonset, image, version, pinned,
+    changes}]}``; ``version`` is the tag the operand's DaemonSet must run ("" when the operator chooses it).
+    """
+    spec = policy.get("spec") or {}
+    patch: Dict[str, Any] = {}
+    operands: List[Dict[str, Any]] = []
+    for component, field in CLUSTERPOLICY_FIELDS.items():
+        wanted = str(target.get(component) or "").strip()
+        section = spec.get(field) or {}
+        if not wanted or section.get("enabled") is False:
+            continue
+        running = str(section.get("version") or "")
+        # A digest pins an exact image (mirrored registries): not ours to replace by a tag.
+        pinned = bool(running and section.get("repository")) and not running.startswith("sha256:")
+        version = pinned_version(component, wanted=wanted, running=running) if pinned else ""
+        changes = pinned and version != running
+        if changes:
+            patch[field] = {"version": version}
+        daemonset, image = OPERAND_DAEMONSETS[component]
+        operands.append(
+            {
+                "component": component,
+                "field": field,
+                "daemonset": daemonset,
+                "image": image,
+                "wanted": wanted,
+                "version": version,
+                "pinned": pinned,
+                "changes": changes,
+            }
+        )
+        gfd = spec.get(_GFD[0]) or {}
+        if component == "device_plugin" and pinned and gfd.get("version") and gfd.get("image") == image:
+            gfd_version = pinned_version(component, wanted=wanted, running=str(gfd["version"]))
+            if gfd_version != gfd["version"]:
+                patch[_GFD[0]] = {"version": gfd_version}
+            operands.append(
+                {
+                    "component": component,
+                    "field": _GFD[0],
+                    "daemonset": _GFD[1],
+                    "image": image,
+                    "wanted": wanted,
+                    "version": gfd_version,
+                    "pinned": True,
+                    "changes": gfd_version != gfd["version"],
+                }
+            )
+    return {"patch": {"spec": patch} if patch else {}, "operands": operands}
+
+
+def operand_rollout(operand: Mapping[str, Any], daemonset: Mapping[str, Any] | None) -> str:
+    """Why the operand's DaemonSet does not run the wanted version yet, or "" once it does, everywhere."""
+    name = operand["daemonset"]
+    if not daemonset:
+        return f"DaemonSet {name} not found"
+    meta, status = daemonset.get("metadata") or {}, daemonset.get("status") or {}
+    containers = ((daemonset.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    images = [str(c.get("image") or "") for c in containers if operand["image"] in str(c.get("image") or "")]
+    tag = image_tag(images[0]) if images else None
+    if operand["version"] and tag != operand["version"]:
+        return f"DaemonSet {name} runs {tag or 'no tagged image'}, not {operand['version']}"
+    if not operand["version"] and tag and not same_version(operand["component"], tag, operand["wanted"]):
+        return (
+            f"DaemonSet {name} runs {tag} (the operator release's default; the ClusterPolicy does not pin it), "
+            f"not {operand['wanted']}: pin it in the ClusterPolicy or correct the matrix"
+        )
+    if int(status.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+        return f"DaemonSet {name}: the controller has not seen its latest change"
+    desired = int(status.get("desiredNumberScheduled") or 0)
+    updated = int(status.get("updatedNumberScheduled") or 0)
+    available = int(status.get("numberAvailable") or 0)
+    if updated < desired or available < desired:
+        return f"DaemonSet {name}: {updated} of {desired} pods updated, {available} available"
+    return ""
