@@ -20,9 +20,7 @@ import random
 import re
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
-from urllib.parse import quote
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     InvalidInputError,
@@ -30,6 +28,26 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     KubeUnreachableError,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import type_name
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (  # noqa: F401 (callers import them from here)
+    CLUSTER_POLICIES,
+    CLUSTER_VERSIONS,
+    CONFIGMAPS,
+    CSVS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    EVENTS,
+    IMAGE_STREAMS,
+    JOBS,
+    LEASES,
+    MACHINE_CONFIG_POOLS,
+    NAMESPACES,
+    NIC_CLUSTER_POLICIES,
+    NODES,
+    NVIDIA_DRIVERS,
+    PDBS,
+    PODS,
+    ResourceRef,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import LeaseKeeper, LeaseSettings, StageLease
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import THIS_CONTROLLER
 
@@ -59,47 +77,6 @@ except ImportError:
     HAS_KUBERNETES = False
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
 
-
-@dataclass(frozen=True)
-class ResourceRef:
-    """Where a kind lives in the REST API."""
-
-    api_version: str
-    plural: str
-    kind: str
-    namespaced: bool
-
-    def path(self, *, namespace: Optional[str] = None, name: Optional[str] = None, subresource: str = "") -> str:
-        base = f"/apis/{self.api_version}" if "/" in self.api_version else f"/api/{self.api_version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{quote(name, safe='')}"
-        if subresource:
-            base += f"/{subresource}"
-        return base
-
-
-NODES = ResourceRef("v1", "nodes", "Node", False)
-PODS = ResourceRef("v1", "pods", "Pod", True)
-EVENTS = ResourceRef("v1", "events", "Event", True)
-CONFIGMAPS = ResourceRef("v1", "configmaps", "ConfigMap", True)
-NAMESPACES = ResourceRef("v1", "namespaces", "Namespace", False)
-DAEMONSETS = ResourceRef("apps/v1", "daemonsets", "DaemonSet", True)
-DEPLOYMENTS = ResourceRef("apps/v1", "deployments", "Deployment", True)
-JOBS = ResourceRef("batch/v1", "jobs", "Job", True)
-PDBS = ResourceRef("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True)
-CLUSTER_POLICIES = ResourceRef("nvidia.com/v1", "clusterpolicies", "ClusterPolicy", False)
-NVIDIA_DRIVERS = ResourceRef("nvidia.com/v1alpha1", "nvidiadrivers", "NVIDIADriver", False)
-NIC_CLUSTER_POLICIES = ResourceRef("mellanox.com/v1alpha1", "nicclusterpolicies", "NicClusterPolicy", False)
-MACHINE_CONFIG_POOLS = ResourceRef(
-    "machineconfiguration.openshift.io/v1", "machineconfigpools", "MachineConfigPool", False
-)
-CLUSTER_VERSIONS = ResourceRef("config.openshift.io/v1", "clusterversions", "ClusterVersion", False)
-CSVS = ResourceRef("operators.coreos.com/v1alpha1", "clusterserviceversions", "ClusterServiceVersion", True)
-IMAGE_STREAMS = ResourceRef("image.openshift.io/v1", "imagestreams", "ImageStream", True)
-LEASES = ResourceRef("coordination.k8s.io/v1", "leases", "Lease", True)
 
 PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",

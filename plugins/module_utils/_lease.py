@@ -36,6 +36,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     KubeApiError,
     LeaseHeldError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import LEASES
 
 LEASE_API_VERSION = "coordination.k8s.io/v1"
 # The environment variable through which roles/upgrade hands the stage's Lease to every module the stage runs
@@ -290,8 +291,6 @@ class StageLease:
     """Reads, takes, renews and releases the stage's Lease through a ``KubeApi``."""
 
     def __init__(self, api: Any, settings: LeaseSettings) -> None:
-        from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import LEASES  # noqa: PLC0415 (cycle)
-
         self._api = api
         self._ref = LEASES
         self.settings = settings

@@ -1,0 +1,55 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""Where each kind the collection uses lives in the REST API (collection-internal).
+
+Plain data, apart from the client in ``_k8s`` so that the helpers the client
+itself uses (the stage Lease) can name their kinds without importing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+from urllib.parse import quote
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Where a kind lives in the REST API."""
+
+    api_version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    def path(self, *, namespace: Optional[str] = None, name: Optional[str] = None, subresource: str = "") -> str:
+        base = f"/apis/{self.api_version}" if "/" in self.api_version else f"/api/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+NODES = ResourceRef("v1", "nodes", "Node", False)
+PODS = ResourceRef("v1", "pods", "Pod", True)
+EVENTS = ResourceRef("v1", "events", "Event", True)
+CONFIGMAPS = ResourceRef("v1", "configmaps", "ConfigMap", True)
+NAMESPACES = ResourceRef("v1", "namespaces", "Namespace", False)
+DAEMONSETS = ResourceRef("apps/v1", "daemonsets", "DaemonSet", True)
+DEPLOYMENTS = ResourceRef("apps/v1", "deployments", "Deployment", True)
+JOBS = ResourceRef("batch/v1", "jobs", "Job", True)
+PDBS = ResourceRef("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True)
+CLUSTER_POLICIES = ResourceRef("nvidia.com/v1", "clusterpolicies", "ClusterPolicy", False)
+NVIDIA_DRIVERS = ResourceRef("nvidia.com/v1alpha1", "nvidiadrivers", "NVIDIADriver", False)
+NIC_CLUSTER_POLICIES = ResourceRef("mellanox.com/v1alpha1", "nicclusterpolicies", "NicClusterPolicy", False)
+MACHINE_CONFIG_POOLS = ResourceRef(
+    "machineconfiguration.openshift.io/v1", "machineconfigpools", "MachineConfigPool", False
+)
+CLUSTER_VERSIONS = ResourceRef("config.openshift.io/v1", "clusterversions", "ClusterVersion", False)
+CSVS = ResourceRef("operators.coreos.com/v1alpha1", "clusterserviceversions", "ClusterServiceVersion", True)
+IMAGE_STREAMS = ResourceRef("image.openshift.io/v1", "imagestreams", "ImageStream", True)
+LEASES = ResourceRef("coordination.k8s.io/v1", "leases", "Lease", True)
