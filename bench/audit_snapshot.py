@@ -39,7 +39,12 @@ from gpufleet_twin.process import start_twin
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".build" / "collections"))
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import DAEMONSETS, KubeApi  # noqa: E402
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (  # noqa: E402
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (  # noqa: E402
+    DAEMONSETS,
+)
 
 Obj = dict[str, Any]
 

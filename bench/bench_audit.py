@@ -43,7 +43,13 @@ from gpufleet_twin.process import TwinProcess, start_twin
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".build" / "collections"))
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import NODES, PODS, KubeApi  # noqa: E402
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (  # noqa: E402
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (  # noqa: E402
+    NODES,
+    PODS,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_check import (  # noqa: E402
     DRIVER_POD_SELECTOR,
     MatrixSource,

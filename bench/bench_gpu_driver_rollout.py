@@ -36,7 +36,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_runne
     DriverRolloutOptions,
     run_driver_rollout,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import PODS, KubeApi  # noqa: E402
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (  # noqa: E402
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (  # noqa: E402
+    PODS,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (  # noqa: E402
     scaled_max_unavailable,
 )

@@ -48,8 +48,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash i
     load_images,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import FlashPlan
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import NODES, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, label_selector_matches
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    NODES,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import RedfishClient, RedfishSettings
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     MaxUnavailable,

@@ -50,11 +50,17 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse impo
     parse_smi_query_csv,
     parse_smoke_log,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import JOBS, PODS, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import (
     describe_object,
     object_field,
     object_items,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    JOBS,
+    PODS,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 

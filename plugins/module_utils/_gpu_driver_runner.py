@@ -92,6 +92,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch
     rollout_settled,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_event
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, drain_pods, patch_node
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
     DAEMONSETS,
     EVENTS,
@@ -100,11 +105,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     NVIDIA_DRIVERS,
     PDBS,
     PODS,
-    KubeApi,
     ResourceRef,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_event
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, drain_pods, patch_node
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 

@@ -28,23 +28,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     KubeUnreachableError,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import type_name
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (  # noqa: F401 (callers import them from here)
-    CLUSTER_POLICIES,
-    CLUSTER_VERSIONS,
-    CONFIGMAPS,
-    CSVS,
-    DAEMONSETS,
-    DEPLOYMENTS,
-    EVENTS,
-    IMAGE_STREAMS,
-    JOBS,
-    LEASES,
-    MACHINE_CONFIG_POOLS,
-    NAMESPACES,
-    NIC_CLUSTER_POLICIES,
-    NODES,
-    NVIDIA_DRIVERS,
-    PDBS,
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     PODS,
     ResourceRef,
 )

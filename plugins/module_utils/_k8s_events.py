@@ -12,7 +12,12 @@ import datetime
 import secrets
 from typing import Any, Dict, Optional
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import EVENTS, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    EVENTS,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 
 EVENT_REASON = "GPUFleetUpgrade"

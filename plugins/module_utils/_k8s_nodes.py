@@ -24,8 +24,15 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     RolloutHaltedError,
     WaitTimeoutError,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import NODES, PDBS, PODS, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import object_field
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    NODES,
+    PDBS,
+    PODS,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     node_is_ready,
     node_is_unschedulable,

@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, KubeApiError
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import CONFIGMAPS, NODES, PODS, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    CONFIGMAPS,
+    NODES,
+    PODS,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_check import (
     MatrixSource,
     read_catalog,

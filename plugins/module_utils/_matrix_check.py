@@ -18,6 +18,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, KubeApiError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
     CLUSTER_VERSIONS,
     CONFIGMAPS,
@@ -27,7 +30,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     NIC_CLUSTER_POLICIES,
     NODES,
     PODS,
-    KubeApi,
     ResourceRef,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_catalog import (

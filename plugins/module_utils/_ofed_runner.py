@@ -30,15 +30,17 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     WaitTimeoutError,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_event
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, parse_label_selector
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     DAEMONSETS,
     EVENTS,
     NIC_CLUSTER_POLICIES,
     NODES,
     PODS,
-    KubeApi,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_event
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, parse_label_selector
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_plan import (
     DEFAULT_NAMESPACE,
     MODE_AUTO_UPGRADE,

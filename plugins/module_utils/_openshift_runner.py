@@ -25,6 +25,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     WaitTimeoutError,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
     CLUSTER_VERSIONS,
     IMAGE_STREAMS,
@@ -32,7 +35,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     NIC_CLUSTER_POLICIES,
     NODES,
     PODS,
-    KubeApi,
     ResourceRef,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_check import MatrixSource, read_catalog

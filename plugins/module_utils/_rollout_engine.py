@@ -47,7 +47,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     RolloutHaltedError,
     WaitTimeoutError,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import NODES, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_event
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
     PodSelection,
@@ -56,6 +58,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
     patch_node,
     wait_for_jobs,
     wait_for_node_ready,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    NODES,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     CapacityBudget,

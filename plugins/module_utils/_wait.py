@@ -71,7 +71,7 @@ class ControllerProcess:
         """
         chain: List[tuple] = []  # (pid, argv, start ticks) from pid upwards
         current = pid
-        for _ in range(_MAX_ANCESTORS):
+        for _depth in range(_MAX_ANCESTORS):
             stat = _read_stat(current, proc=proc)
             if stat is None:
                 break

@@ -247,7 +247,7 @@ failed_gates:
   elements: str
   sample: [rdma]
 judged_failed_gates:
-  description: The failed gates that ran and judged the node (O(failed_gates) less those that could not run).
+  description: The failed gates that ran and judged the node (RV(failed_gates) less those that could not run).
   returned: always
   type: list
   elements: str

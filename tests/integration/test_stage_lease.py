@@ -82,7 +82,7 @@ def module_processes(root: int, module: str = "clusterpolicy_upgrade") -> list[i
             parents[int(entry.name)] = stat[1]
 
     def below(pid: int) -> bool:
-        for _ in range(64):
+        for _poll in range(64):
             pid = parents.get(pid, 0)
             if pid == root:
                 return True

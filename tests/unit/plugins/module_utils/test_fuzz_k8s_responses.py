@@ -27,8 +27,14 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError, KubeApiError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import job_failure, pod_situation
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import NODES, PODS, KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import unfinished_pods
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    NODES,
+    PODS,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     capacity_budget,
     node_is_unavailable,
@@ -83,7 +89,7 @@ def broken(objects: list[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
     def strategy(draw: st.DrawFn) -> dict[str, Any]:
         document = draw(st.sampled_from(objects))
         rng = random.Random(draw(st.integers(min_value=0, max_value=2**32)))
-        for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        for _mutation in range(draw(st.integers(min_value=1, max_value=3))):
             document = with_wrong_type(document, rng)
         return document
 

@@ -100,7 +100,7 @@ _INSERTS = ["[", "]", "{", "}", ":", ": ", "- ", "\t", "  ", "*a", "&a ", "<<: *
 def mutated_matrix_text(draw: st.DrawFn) -> str:
     text = draw(st.sampled_from(REAL_MATRICES)).read_text()
     rng = random.Random(draw(st.integers(min_value=0, max_value=2**32)))
-    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+    for _mutation in range(draw(st.integers(min_value=1, max_value=4))):
         lines = text.splitlines(keepends=True) or [""]
         choice = rng.randrange(7)
         at = rng.randrange(len(lines))
@@ -117,7 +117,7 @@ def mutated_matrix_text(draw: st.DrawFn) -> str:
             column = rng.randrange(len(lines[at]) + 1)
             lines[at] = lines[at][:column] + rng.choice(_INSERTS) + lines[at][column:]
         elif choice == 5:  # a value replaced
-            head, sep, _ = lines[at].partition(":")
+            head, sep, _value = lines[at].partition(":")
             if sep:
                 lines[at] = f"{head}: {rng.choice(_INSERTS + _VERSIONS)}\n"
         else:  # the file cut short (an interrupted copy)

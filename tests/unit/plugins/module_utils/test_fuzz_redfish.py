@@ -133,7 +133,7 @@ def broken_samples(draw: st.DrawFn) -> Any:
         return draw(json_values)
     document = json.loads(draw(st.sampled_from(JSON_SAMPLES)).read_text())
     rng = random.Random(draw(st.integers(min_value=0, max_value=2**32)))
-    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+    for _mutation in range(draw(st.integers(min_value=1, max_value=3))):
         document = with_wrong_type(document, rng)
     return document
 

@@ -6,16 +6,18 @@ import urllib3
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import KubeApiError, KubeUnreachableError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
-    CLUSTER_POLICIES,
-    JOBS,
-    NODES,
-    PODS,
     KubeApi,
     _api_error,
     _backoff,
     transient_failure,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import EVENT_REASON, build_event
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    CLUSTER_POLICIES,
+    JOBS,
+    NODES,
+    PODS,
+)
 
 
 def test_paths_for_core_group_and_custom_resources():
@@ -114,14 +116,16 @@ def _api(server, pauses=None):
 
 def test_transient_statuses_are_retried_with_jittered_bounded_backoff():
     pauses = []
-    server = _Server(*[_Answer(503, _status(503, "ServiceUnavailable")) for _ in range(6)], _Answer(200, b'{"a": 1}'))
+    server = _Server(
+        *[_Answer(503, _status(503, "ServiceUnavailable")) for _attempt in range(6)], _Answer(200, b'{"a": 1}')
+    )
     assert _api(server, pauses).patch(NODES, "n", {"metadata": {"labels": {"x": "y"}}}) == {"a": 1}
     assert len(server.sent) == 7
     assert pauses == [0.25, 0.5, 1.0, 2.0, 4.0, 6.25]  # 0.2 s doubling, capped at 5 s, stretched by the jitter
 
 
 def test_retries_are_bounded_and_the_error_says_how_often():
-    server = _Server(*[_Answer(500, _status(500, "InternalError")) for _ in range(10)])
+    server = _Server(*[_Answer(500, _status(500, "InternalError")) for _attempt in range(10)])
     with pytest.raises(KubeApiError) as caught:
         _api(server).request("GET", "/api/v1/nodes")
     assert len(server.sent) == 7 and caught.value.attempts == 7
@@ -148,7 +152,9 @@ def test_a_conflict_is_retried_only_for_a_patch_that_names_no_resource_version()
 
 def test_a_named_create_is_resent_after_a_5xx_and_an_unnamed_one_is_not():
     job = {"metadata": {"name": "gate-1", "namespace": "ns"}}
-    server = _Server(*[_Answer(500, _status(500, "InternalError")) for _ in range(3)], _Answer(201, b'{"ok": 1}'))
+    server = _Server(
+        *[_Answer(500, _status(500, "InternalError")) for _attempt in range(3)], _Answer(201, b'{"ok": 1}')
+    )
     assert _api(server).create(JOBS, job, namespace="ns") == {"ok": 1}
     assert len(server.sent) == 4
     unnamed = _Server(_Answer(500, _status(500, "InternalError")), _Answer(201))
@@ -165,7 +171,7 @@ def test_a_resent_create_that_finds_its_object_returns_it():
         _Answer(200, b'{"metadata": {"name": "gate-1"}}'),
     )
     assert _api(server).create(JOBS, job, namespace="ns") == {"metadata": {"name": "gate-1"}}
-    assert [method for method, _ in server.sent] == ["POST", "POST", "GET"]
+    assert [method for method, _path in server.sent] == ["POST", "POST", "GET"]
     first = _Server(_Answer(409, _status(409, "AlreadyExists")))
     with pytest.raises(KubeApiError) as caught:
         _api(first).create(JOBS, job, namespace="ns")
