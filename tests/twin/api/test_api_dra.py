@@ -156,6 +156,24 @@ def test_a_pod_with_resource_claims_is_admitted_and_keeps_them(twin, namespace):
     assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpus"}]
 
 
+def test_a_pod_naming_an_unknown_claim_or_no_claim_source_is_refused(twin, namespace):
+    unknown = POD.format(namespace=namespace).replace("          - name: gpus\n", "          - name: gpu\n")
+    refused = twin.kubectl("create", "-f", "-", stdin=unknown, check=False)
+    assert refused.returncode != 0
+    assert (
+        'spec.containers[0].resources.claims[0]: Not found: "gpu": '
+        "must be one of the names in pod.spec.resourceClaims: gpus" in refused.stderr
+    )
+    sourceless = POD.format(namespace=namespace).replace("      resourceClaimTemplateName: single-gpu\n", "")
+    refused = twin.kubectl("create", "-f", "-", stdin=sourceless, check=False)
+    assert (
+        'spec.resourceClaims[0]: Invalid value: core.PodResourceClaim{Name:"gpus", '
+        "ResourceClaimName:(*string)(nil), ResourceClaimTemplateName:(*string)(nil)}: "
+        "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`" in refused.stderr
+    )
+    assert twin.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout == ""
+
+
 def test_kubectl_meets_the_real_validation_of_claims_and_slices(twin, namespace, kit):
     no_device = CLAIM.format(namespace=namespace).replace(
         "        exactly:\n          deviceClassName: gpu.nvidia.com\n          count: 2\n", ""

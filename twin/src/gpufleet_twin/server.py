@@ -521,8 +521,69 @@ def _validate_pod(rtype: ResourceType, pod: Obj) -> None:
                     "message": "Required value",
                 }
             )
+    causes.extend(_pod_resource_claim_causes(pod.get("spec") or {}))
     if causes:
         raise errors.invalid(rtype.kind, pod["metadata"].get("name", ""), causes, rtype.group)
+
+
+def _go_string_pointer(value: str | None) -> str:
+    """A *string as %#v prints it (the address of a set pointer is not reproducible)."""
+    return "(*string)(nil)" if value is None else "(*string)(0xc000000000)"
+
+
+def _pod_resource_claim_causes(spec: Obj) -> list[dict[str, str]]:
+    """validatePodResourceClaims and validateResourceClaimNames (core validation) for DRA pods."""
+    causes: list[dict[str, str]] = []
+    names: list[str] = []
+    for index, claim in enumerate(spec.get("resourceClaims") or ()):
+        if not isinstance(claim, dict):
+            continue
+        where = f"spec.resourceClaims[{index}]"
+        name = claim.get("name") or ""
+        if not name:
+            causes.append({"reason": "FieldValueRequired", "field": f"{where}.name", "message": "Required value"})
+        elif name in names:
+            causes.append(
+                {
+                    "reason": "FieldValueDuplicate",
+                    "field": f"{where}.name",
+                    "message": f"Duplicate value: {json.dumps(name)}",
+                }
+            )
+        else:
+            causes.extend(_dns_label_causes(name, f"{where}.name"))
+            names.append(name)
+        by_name, by_template = claim.get("resourceClaimName"), claim.get("resourceClaimTemplateName")
+        if (by_name is None) == (by_template is None):
+            # field.Invalid renders the claim as Go's %#v of core.PodResourceClaim.
+            shown = (
+                f"core.PodResourceClaim{{Name:{json.dumps(name)}, ResourceClaimName:{_go_string_pointer(by_name)}, "
+                f"ResourceClaimTemplateName:{_go_string_pointer(by_template)}}}"
+            )
+            rule = (
+                "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`"
+                if by_name is None
+                else "at most one of `resourceClaimName` or `resourceClaimTemplateName` may be specified"
+            )
+            causes.append({"reason": "FieldValueInvalid", "field": where, "message": f"Invalid value: {shown}: {rule}"})
+    known = sorted(names)
+    for kind in ("initContainers", "containers"):
+        for c_index, container in enumerate(spec.get(kind) or ()):
+            claims = ((container or {}).get("resources") or {}).get("claims") or ()
+            for index, claim in enumerate(claims):
+                name = (claim or {}).get("name") or ""
+                if not name or name in known:
+                    continue
+                detail = ": " + ", ".join(known) if known else " which is empty"
+                causes.append(
+                    {
+                        "reason": "FieldValueNotFound",
+                        "field": f"spec.{kind}[{c_index}].resources.claims[{index}]",
+                        "message": f"Not found: {json.dumps(name)}: must be one of the names in "
+                        f"pod.spec.resourceClaims{detail}",
+                    }
+                )
+    return causes
 
 
 def _default_job(rtype: ResourceType, job: Obj) -> None:
