@@ -340,6 +340,29 @@ class Kit:
     def wait_for(predicate: Any, *, timeout: float = 10.0, interval: float = 0.1) -> Any:
         return wait_for(predicate, timeout=timeout, interval=interval)
 
+    def ansible_playbook(
+        self, playbook: Path, extra_vars: dict[str, Any], tmp_path: Path
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a real ``ansible-playbook`` (kubernetes.core reads the twin's kubeconfig)."""
+        venv_bin = Path(sys.executable).parent
+        env = dict(self.twin.env)
+        env.update(
+            K8S_AUTH_KUBECONFIG=str(self.twin.kubeconfig),
+            ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+            ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+            ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+            ANSIBLE_NOCOLOR="1",
+            PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+        )
+        return subprocess.run(
+            [str(venv_bin / "ansible-playbook"), "-i", "localhost,", str(playbook), "-e", json.dumps(extra_vars)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+
 
 @pytest.fixture
 def kit(twin: ServedTwin) -> Kit:

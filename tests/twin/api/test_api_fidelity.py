@@ -4,9 +4,7 @@ field.Error wording of validation failures, the API groups of a plain Kubernetes
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -119,30 +117,10 @@ def test_kubernetes_core_patched_unschedulable_false_reads_back_without_the_key(
 """
     )
     out = tmp_path / "out.json"
-    run = _ansible(twin, playbook, {"node": name, "out": str(out)}, tmp_path)
+    run = kit.ansible_playbook(playbook, {"node": name, "out": str(out)}, tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "unschedulable" not in json.loads(out.read_text())["spec"]
     assert "unschedulable" not in twin.request("GET", f"/api/v1/nodes/{name}").json()["spec"]
-
-
-def _ansible(twin, playbook, extra_vars, tmp_path):
-    env = dict(twin.env)
-    env.update(
-        K8S_AUTH_KUBECONFIG=str(twin.kubeconfig),
-        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-        ANSIBLE_NOCOLOR="1",
-        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-    )
-    return subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(playbook), "-e", json.dumps(extra_vars)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
 
 
 # -- names ----------------------------------------------------------------------------------------------

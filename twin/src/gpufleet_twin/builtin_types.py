@@ -364,6 +364,34 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         namespaced=True,
         columns=(_col("Holder", description="The holder of the lease."), _AGE),
     ),
+    # resource.k8s.io/v1 (GA in Kubernetes 1.34; pkg/registry/resource/*/storage): device classes and
+    # slices are cluster-scoped, claims and claim templates namespaced; only claims have a status
+    # subresource; none has a short name or category.  Columns: pkg/printers/internalversion.
+    _rt("resource.k8s.io", "DeviceClass", "deviceclasses", namespaced=False),
+    _rt(
+        "resource.k8s.io",
+        "ResourceClaim",
+        "resourceclaims",
+        namespaced=True,
+        subresources=_STATUS,
+        columns=(
+            _col("State", description="A summary of the current state (allocated, pending, reserved, etc.)."),
+            _AGE,
+        ),
+    ),
+    _rt("resource.k8s.io", "ResourceClaimTemplate", "resourceclaimtemplates", namespaced=True),
+    _rt(
+        "resource.k8s.io",
+        "ResourceSlice",
+        "resourceslices",
+        namespaced=False,
+        columns=(
+            _col("Node", description="NodeName identifies the node which provides the resources in this pool."),
+            _col("Driver", description="Driver identifies the DRA driver providing the capacity information."),
+            _col("Pool", description="Name is used to identify the pool."),
+            _AGE,
+        ),
+    ),
     _rt(
         "apiextensions.k8s.io",
         "CustomResourceDefinition",
@@ -844,6 +872,40 @@ def _lease_cells(obj: Obj, now: float) -> list[Any]:
     return [_spec(obj).get("holderIdentity") or NONE, age(_meta(obj).get("creationTimestamp"), now)]
 
 
+def resource_claim_state(claim: Obj) -> str:
+    """printResourceClaim's STATE: deleted, pending, allocated, reserved, joined by commas."""
+    deleted = bool(_meta(claim).get("deletionTimestamp"))
+    status = _status(claim)
+    states = ["deleted"] if deleted else []
+    if not status.get("allocation"):
+        if not deleted:
+            states.append("pending")
+    else:
+        states.append("allocated")
+        if status.get("reservedFor"):
+            states.append("reserved")
+    return ",".join(states)
+
+
+def _age_cells(obj: Obj, now: float) -> list[Any]:
+    return [age(_meta(obj).get("creationTimestamp"), now)]
+
+
+def _resourceclaim_cells(obj: Obj, now: float) -> list[Any]:
+    return [resource_claim_state(obj), age(_meta(obj).get("creationTimestamp"), now)]
+
+
+def _resourceslice_cells(obj: Obj, now: float) -> list[Any]:
+    # printResourceSlice prints spec.nodeName as it is: empty for pools of allNodes or a nodeSelector.
+    spec = _spec(obj)
+    return [
+        spec.get("nodeName") or "",
+        spec.get("driver", ""),
+        (spec.get("pool") or {}).get("name", ""),
+        age(_meta(obj).get("creationTimestamp"), now),
+    ]
+
+
 def _crd_cells(obj: Obj, now: float) -> list[Any]:
     # The default table convertor prints the creation time itself, not an age.
     return [_meta(obj).get("creationTimestamp", "")]
@@ -869,6 +931,10 @@ BUILTIN_CELLS: Mapping[tuple[str, str], CellsFunction] = MappingProxyType(
         ("batch", "jobs"): _job_cells,
         ("policy", "poddisruptionbudgets"): _pdb_cells,
         ("coordination.k8s.io", "leases"): _lease_cells,
+        ("resource.k8s.io", "deviceclasses"): _age_cells,
+        ("resource.k8s.io", "resourceclaims"): _resourceclaim_cells,
+        ("resource.k8s.io", "resourceclaimtemplates"): _age_cells,
+        ("resource.k8s.io", "resourceslices"): _resourceslice_cells,
         ("apiextensions.k8s.io", "customresourcedefinitions"): _crd_cells,
     }
 )

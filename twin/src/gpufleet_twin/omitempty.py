@@ -120,6 +120,21 @@ _TEMPLATE = (
     *(f"spec.template.spec.{path}" for path in _POD_SPEC),
 )
 
+
+def _device_claim(path: str) -> tuple[str, ...]:
+    exactly = f"{path}.requests[].exactly"
+    return (
+        f"{path}.requests",
+        f"{path}.constraints",
+        f"{path}.config",
+        f"{path}.requests[].firstAvailable",
+        f"{exactly}.selectors",
+        f"{exactly}.allocationMode",
+        f"{exactly}.count",
+        f"{exactly}.tolerations",
+    )
+
+
 OMITEMPTY: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
     {
         # core/v1/types.go NodeSpec (podCIDR, podCIDRs, providerID, unschedulable, taints, externalID),
@@ -198,6 +213,18 @@ OMITEMPTY: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
         ("policy", "poddisruptionbudgets"): ("status.observedGeneration", "status.disruptedPods", "status.conditions"),
         # coordination/v1/types.go LeaseSpec: every field is a pointer, so only metadata applies.
         ("coordination.k8s.io", "leases"): (),
+        # resource/v1/types.go: DeviceClassSpec (selectors, config), DeviceClaim (requests, constraints,
+        # config), DeviceRequest.firstAvailable, ExactDeviceRequest (selectors, allocationMode, count,
+        # tolerations), ResourceClaimStatus (reservedFor, devices), ResourceSliceSpec (devices,
+        # sharedCounters; nodeName, allNodes and the selectors are pointers).
+        ("resource.k8s.io", "deviceclasses"): ("spec.selectors", "spec.config"),
+        ("resource.k8s.io", "resourceclaims"): (
+            *_device_claim("spec.devices"),
+            "status.reservedFor",
+            "status.devices",
+        ),
+        ("resource.k8s.io", "resourceclaimtemplates"): _device_claim("spec.spec.devices"),
+        ("resource.k8s.io", "resourceslices"): ("spec.devices", "spec.sharedCounters"),
     }
 )
 

@@ -112,6 +112,7 @@ PATCH_DIRECTIVES: Mapping[tuple[str, str], tuple[str, str]] = MappingProxyType(
         ("V1JobStatus", "conditions"): ("type", "merge"),
         ("V1PodDisruptionBudgetSpec", "selector"): ("", "replace"),
         ("V1PodDisruptionBudgetStatus", "conditions"): ("type", "merge"),
+        ("V1ResourceClaimStatus", "reservedFor"): ("uid", "merge"),
     }
 )
 
@@ -120,6 +121,8 @@ _MODEL_OF_KIND: Mapping[tuple[str, str, str], str] = MappingProxyType(
     {
         ("", "v1", "Event"): "CoreV1Event",
         ("events.k8s.io", "v1", "Event"): "EventsV1Event",
+        # The client names it apart from core/v1 ResourceClaim (a container's resources.claims entry).
+        ("resource.k8s.io", "v1", "ResourceClaim"): "ResourceV1ResourceClaim",
     }
 )
 
@@ -133,6 +136,7 @@ _GROUP_PACKAGES: Mapping[str, str] = MappingProxyType(
         "autoscaling": "io.k8s.api.autoscaling",
         "events.k8s.io": "io.k8s.api.events",
         "coordination.k8s.io": "io.k8s.api.coordination",
+        "resource.k8s.io": "io.k8s.api.resource",
         "apiextensions.k8s.io": "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions",
     }
 )
@@ -165,7 +169,7 @@ _META_MODELS = frozenset(
     }
 )
 # Core types reached first through other groups' kinds (Deployment -> PodTemplateSpec).
-_CORE_MODELS = frozenset({"V1PodTemplateSpec"})
+_CORE_MODELS = frozenset({"V1PodTemplateSpec", "V1NodeSelector", "V1NodeSelectorTerm", "V1NodeSelectorRequirement"})
 _MODEL_NAME = re.compile(r"^(?P<prefix>[A-Z][a-z]+)?V(?P<version>\d+(?:alpha\d+|beta\d+)?)(?P<name>[A-Z]\w*)$")
 _LIST_TYPE = re.compile(r"^List\[(?P<item>.+)\]$")
 _DICT_TYPE = re.compile(r"^Dict\[str, (?P<value>.+)\]$")
@@ -259,6 +263,7 @@ _BUILTIN_GROUP_ORDER = (
     "policy",
     "apiextensions.k8s.io",
     "coordination.k8s.io",
+    "resource.k8s.io",
 )
 
 

@@ -340,6 +340,11 @@ PATCH_STRATEGIES: Mapping[tuple[str, str], PatchStrategy] = MappingProxyType(
                 **_strategies("spec.jobTemplate.spec.template.spec", _POD_SPEC),
             },
         ),
+        # resource/v1 types.go: only ResourceClaimStatus.reservedFor has a patch strategy (merge on uid).
+        **_kind_table("DeviceClass", {}),
+        **_kind_table("ResourceClaim", {"status.reservedFor": PatchStrategy(_MERGE, "uid")}),
+        **_kind_table("ResourceClaimTemplate", {}),
+        **_kind_table("ResourceSlice", {}),
         # policy/v1 types.go: a PDB's selector is replaced whole, never merged.
         **_kind_table(
             "PodDisruptionBudget",
