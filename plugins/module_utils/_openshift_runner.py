@@ -143,7 +143,10 @@ class NodeTimeline:
     """Per node of a pool: when it was handed a new config, whether it rebooted, when it was done.
 
     A node that went through its whole update between two looks is still recorded (its current config or
-    boot ID changed), with ``started_at`` unknown.
+    boot ID changed), with ``started_at`` unknown.  ``observe`` is given every node, not only the pool's:
+    a node joins the pool's list when the MCO hands it the pool's config (``node_pool`` reads the desired
+    config), and a node that waited under ``maxUnavailable`` can get that config, drain, reboot and finish
+    between two looks; its first look must therefore be from before it joined, or it would seem unchanged.
     """
 
     def __init__(self) -> None:
@@ -151,6 +154,7 @@ class NodeTimeline:
         self.first_seen: Dict[str, Tuple[str, str]] = {}  # node -> (config, boot ID) at the first look
 
     def observe(self, nodes: List[Dict[str, Any]], *, pool: str, at: str) -> None:
+        """One look at every node of the cluster; entries are kept for the nodes of ``pool``."""
         for node in nodes:
             name = node_name(node)
             annotations = (node.get("metadata") or {}).get("annotations") or {}
@@ -158,6 +162,8 @@ class NodeTimeline:
             current, desired = str(annotations.get(CURRENT_CONFIG) or ""), str(annotations.get(DESIRED_CONFIG) or "")
             state = str(annotations.get(MCD_STATE) or "")
             first_config, first_boot = self.first_seen.setdefault(name, (current, boot_id))
+            if node_pool(node) != pool:
+                continue
             busy = current != desired or state != STATE_DONE
             moved = current != first_config or boot_id != first_boot
             entry = self.entries.get(name)
@@ -184,10 +190,6 @@ class NodeTimeline:
         return [self.entries[name] for name in sorted(self.entries)]
 
 
-def _pool_nodes(api: KubeApi, pool: str) -> List[Dict[str, Any]]:
-    return [node for node in api.list(NODES) if node_pool(node) == pool]
-
-
 def wait_for_pool(
     api: KubeApi,
     *,
@@ -205,9 +207,9 @@ def wait_for_pool(
         pool = api.get(MACHINE_CONFIG_POOLS, name)
         if pool is None:
             raise InvalidInputError(f"MachineConfigPool {name} disappeared while waiting for it")
-        nodes = _pool_nodes(api, name)
-        timeline.observe(nodes, pool=name, at=iso(clock.now()))
-        return pool_state(pool), nodes
+        every_node = api.list(NODES)
+        timeline.observe(every_node, pool=name, at=iso(clock.now()))
+        return pool_state(pool), [node for node in every_node if node_pool(node) == name]
 
     def finished(observation: Tuple[PoolState, List[Dict[str, Any]]]) -> bool:
         state, nodes = observation

@@ -81,6 +81,8 @@ class Twin:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def start_controllers(self) -> None:
+        # From now on a turn of this loop moves simulated time on by clock.max_step at most (clock.py).
+        self.clock.meter_loop(asyncio.get_running_loop())
         for controller in self.controllers:
             self._tasks.append(asyncio.create_task(controller.run(self), name=f"controller:{controller.name}"))
 
@@ -89,3 +91,4 @@ class Twin:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self.clock.unmeter_loop()
