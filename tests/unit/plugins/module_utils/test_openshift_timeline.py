@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import MACHINE_CONFIG_POOLS, NODES
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import MACHINE_CONFIG_POOLS, NODES
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     Clock,
     WaitOptions,
