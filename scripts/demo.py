@@ -86,8 +86,13 @@ def main(argv: list[str]) -> int:
     reports.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"Starting a simulated OpenShift GPU cluster ({arguments.nodes} GPU workers) ...", flush=True)
+    # With the distributed training StatefulSet ml-training/dist-train and its PDB, so the canary meets one.
     twin = start_twin(
-        nodes=arguments.nodes, profile="openshift", time_scale=arguments.time_scale, workdir=scratch / "twin"
+        nodes=arguments.nodes,
+        profile="openshift",
+        time_scale=arguments.time_scale,
+        workdir=scratch / "twin",
+        distributed_training=True,
     )
     status = 1
     try:

@@ -27,7 +27,7 @@ from gpufleet_twin.cluster import Twin
 from gpufleet_twin.registry import Registry, ResourceType
 from gpufleet_twin.server import install_api_machinery
 from gpufleet_twin.sim import gpu_operator as gop
-from gpufleet_twin.sim import upgrade_apply
+from gpufleet_twin.sim import podutil, upgrade_apply
 from gpufleet_twin.sim import upgrade_model as um
 from gpufleet_twin.sim.build import install_core
 from gpufleet_twin.sim.kinds import Kinds
@@ -643,6 +643,55 @@ def test_evict_pod_honours_the_pdb() -> None:
     never["spec"]["minAvailable"] = 0
     store.update(kinds.pdb, never)
     assert upgrade_apply.evict_pod(store, kinds, "ml", "train-1") is False  # the fault: this PDB never allows
+
+
+def test_evict_pod_counts_a_statefulset_rank_that_is_gone_as_expected() -> None:
+    # The disruption controller expects the StatefulSet's replicas (getExpectedScale), not the pods
+    # that exist: while an evicted rank is gone and not yet recreated, its budget allows nothing more.
+    cluster = make_cluster(workers=3, workloads=False)
+    store, kinds = cluster.store, cluster.kinds
+    sts = store.create(
+        kinds.statefulset,
+        {
+            "metadata": {"name": "ranks", "namespace": "ml"},
+            "spec": {
+                "replicas": 3,
+                "serviceName": "ranks",
+                "selector": {"matchLabels": {"app": "ranks"}},
+                "template": {
+                    "metadata": {"labels": {"app": "ranks"}},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                },
+            },
+        },
+    )
+    owner = podutil.owner_reference(sts)
+    for i in range(3):
+        pod = {
+            "metadata": {
+                "name": f"ranks-{i}",
+                "namespace": "ml",
+                "labels": {"app": "ranks"},
+                "ownerReferences": [owner],
+            },
+            "spec": {"nodeName": worker(i), "containers": [{"name": "c", "image": "x"}]},
+        }
+        ready = copy.deepcopy(store.create(kinds.pod, pod))
+        ready["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        store.update(kinds.pod, ready, subresource="status")
+    store.create(
+        kinds.pdb,
+        {
+            "metadata": {"name": "ranks", "namespace": "ml"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "ranks"}}},
+        },
+    )
+    assert upgrade_apply.evict_pod(store, kinds, "ml", "ranks-0") is True
+    if store.try_get(kinds.pod, "ml", "ranks-0") is not None:
+        store.delete(kinds.pod, "ml", "ranks-0", immediate=True)
+    assert store.try_get(kinds.pod, "ml", "ranks-0") is None  # gone, the controller has not recreated it yet
+    assert upgrade_apply.evict_pod(store, kinds, "ml", "ranks-1") is False
+    assert not store.get(kinds.pod, "ml", "ranks-1")["metadata"].get("deletionTimestamp")
 
 
 def test_openshift_node_on_a_new_rhcos_moves_to_a_new_driver_daemonset() -> None:

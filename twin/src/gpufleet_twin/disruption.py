@@ -13,14 +13,19 @@ and ``countHealthyPods``):
 - disruptionsAllowed = max(0, currentHealthy - desiredHealthy).
 
 The real controller takes ``expectedPods`` for percentages and
-``maxUnavailable`` from the scale of the pods' controllers; callers that know
-it pass ``expected_pods``, otherwise the matching pods are counted.
+``maxUnavailable`` from the scale of the pods' controllers (``getExpectedScale``:
+each controller's ``spec.replicas`` once, pods without a controller left out),
+so a StatefulSet pod deleted and not yet recreated still counts as expected.
+``expected_from_controllers`` does that sum; callers that can look the
+controllers up pass its result as ``expected_pods``, otherwise the matching pods
+are counted.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +93,29 @@ def pods_covered(pdb: Obj, pods: list[Obj]) -> list[Obj]:
         if (pod.get("metadata") or {}).get("namespace") == namespace
         and selector.matches((pod.get("metadata") or {}).get("labels") or {})
     ]
+
+
+def expected_from_controllers(
+    pdb: Obj, pods: list[Obj], scale_of: Callable[[str, Obj], tuple[str, int] | None]
+) -> int | None:
+    """The sum of the scales of the covered pods' controllers, each once (``getExpectedScale``).
+
+    ``scale_of(namespace, controllerRef)`` gives the (uid, replicas) of the
+    controller that owns the scale (a ReplicaSet's Deployment), or None when it
+    knows none; then this returns None and the caller counts the pods.
+    """
+    scales: dict[str, int] = {}
+    for pod in pods_covered(pdb, pods):
+        meta = pod.get("metadata") or {}
+        ref = next((r for r in meta.get("ownerReferences") or () if r.get("controller")), None)
+        if ref is None:
+            continue  # an unmanaged pod is left out of the expected count
+        found = scale_of(meta.get("namespace", ""), ref)
+        if found is None:
+            return None
+        uid, replicas = found
+        scales[uid] = replicas
+    return sum(scales.values())
 
 
 def compute_budget(pdb: Obj, pods: list[Obj], *, expected_pods: int | None = None) -> DisruptionBudget:

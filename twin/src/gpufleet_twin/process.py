@@ -96,10 +96,15 @@ def start_twin(
     workdir: pathlib.Path | None = None,
     scenario: pathlib.Path | None = None,
     real_crds: bool = True,
+    distributed_training: bool = False,
     extra_args: tuple[str, ...] = (),
     startup_timeout: float = 60.0,
 ) -> TwinProcess:
-    """Start a twin and return once it serves (its ready line was printed)."""
+    """Start a twin and return once it serves (its ready line was printed).
+
+    ``distributed_training`` also seeds the StatefulSet ``ml-training/dist-train`` and its PDB
+    (``serve --distributed-training``).
+    """
     workdir = workdir or pathlib.Path(tempfile.mkdtemp(prefix="gpufleet-twin-"))
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = workdir / "kubeconfig"
@@ -123,6 +128,8 @@ def start_twin(
     ]
     if scenario is not None:
         command += ["--scenario", str(scenario)]
+    if distributed_training:
+        command.append("--distributed-training")
     if real_crds and SHARED_CRDS.is_dir():
         command += ["--crds", str(SHARED_CRDS)]
     log = open(log_path, "w")  # noqa: SIM115 - the child keeps writing to it after this returns

@@ -27,7 +27,7 @@ from . import podutil
 from . import upgrade_model as um
 from .events import EventRecorder
 from .kinds import Kinds
-from .workloads import NEVER_ALLOW_ANNOTATION
+from .workloads import NEVER_ALLOW_ANNOTATION, controller_scale
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,8 @@ def evict_pod(store: Store, kinds: Kinds, namespace: str, name: str) -> bool:
             if (pdbs[0]["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION):
                 return False  # the twin's "PDB never allows eviction" fault
             pods = store.list(kinds.pod, namespace)
-            budget = disruption.compute_budget(pdbs[0], pods)
+            expected = disruption.expected_from_controllers(pdbs[0], pods, controller_scale(store, kinds))
+            budget = disruption.compute_budget(pdbs[0], pods, expected_pods=expected)
             healthy_pod = disruption.is_pod_healthy(pod)
             allowed = budget.disruptions_allowed > 0 or (
                 not healthy_pod and budget.current_healthy >= budget.desired_healthy

@@ -647,6 +647,28 @@ class ReplicaSetController(_Controller):
         return writes + self._set_status(self._kinds.replicaset, rs, status)
 
 
+def controller_scale(store: Store, kinds: Kinds) -> Callable[[str, Obj], tuple[str, int] | None]:
+    """``scale_of`` for ``disruption.expected_from_controllers``: the disruption controller's finders.
+
+    A ReplicaSet's scale is its Deployment's when a Deployment controls it; a
+    StatefulSet, ReplicaSet or Deployment answers its own ``spec.replicas``;
+    other kinds (a DaemonSet has no scale) are unknown.
+    """
+    by_kind = {"StatefulSet": kinds.statefulset, "ReplicaSet": kinds.replicaset, "Deployment": kinds.deployment}
+
+    def scale_of(namespace: str, ref: Obj) -> tuple[str, int] | None:
+        rtype = by_kind.get(ref.get("kind", ""))
+        owner = None if rtype is None else store.try_get(rtype, namespace, ref.get("name", ""))
+        if owner is None or owner["metadata"].get("uid") != ref.get("uid"):
+            return None
+        parent = podutil.controller_of(owner)
+        if ref.get("kind") == "ReplicaSet" and parent is not None and parent.get("kind") == "Deployment":
+            return scale_of(namespace, parent)
+        return owner["metadata"]["uid"], int((owner.get("spec") or {}).get("replicas", 1))
+
+    return scale_of
+
+
 def _deletion_rank(pod: Obj) -> tuple[int, int, int, str]:
     """Which pods a ReplicaSet deletes first (ActivePods ordering): unscheduled, pending, not ready, newest."""
     scheduled = 1 if (pod.get("spec") or {}).get("nodeName") else 0
@@ -1213,7 +1235,8 @@ class PdbStatusController(_Controller):
         from .. import disruption  # noqa: PLC0415 - the API layer's module; one import site
 
         pods = self._index.pods_in(key[0])
-        status = disruption.pdb_status(pdb, pods, now=self.clock.iso(now))
+        expected = disruption.expected_from_controllers(pdb, pods, controller_scale(self.store, self._kinds))
+        status = disruption.pdb_status(pdb, pods, expected_pods=expected, now=self.clock.iso(now))
         if (pdb["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION) == "true":
             status["disruptionsAllowed"] = 0
             for cond in status.get("conditions") or ():
