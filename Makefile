@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 
-.PHONY: demo test env lock sanity lint unit twin integration molecule bench clean
+.PHONY: demo test env lock sanity lint unit twin integration molecule bench soak clean
 
 $(STAMP): requirements/requirements.txt requirements/constraints.txt twin/pyproject.toml
 	scripts/bootstrap "$(PYTHON)" "$(VENV)"
@@ -31,6 +31,10 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_gpu_driver_rollout --nodes 100
 	$(BIN)/python -m bench.bench_twin_scale --nodes 1000
 	$(BIN)/python -m bench.bench_ofed_rollout --nodes 30 --parallel 3
+
+## soak: the full fault matrix (component groups x canary/promote/rollback x fault kinds); writes docs/reliability.md.
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak
 
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

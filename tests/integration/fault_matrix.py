@@ -1,0 +1,376 @@
+"""The fault matrix (issue 16): one real ``playbooks/upgrade.yml -e stage=...`` run with one injected fault, then
+the invariants every run must keep, read from the twin's recorder and the cluster.
+
+The invariants are plain functions applied to every case (tests/integration/test_fault_matrix.py runs one case
+per fault kind in ``make test``; bench/soak.py runs the larger matrix for ``make soak``):
+
+1. ``assert_outcome``: the stage succeeded, or it halted naming the node, the step and the cause (in its
+   report and its ledger entry).
+2. ``assert_within_budget``: never more GPU nodes unavailable at once than the budget, and 0 violations in the
+   twin's recorder.
+3. ``assert_marks_explained``: no node is cordoned, labelled or annotated by this collection (``gpufleet.io/*``
+   keys, the canary label, ``spec.unschedulable``) without a ledger record of this run naming it and why.
+4. ``recover``: with the fault cleared first, the report's "Next" followed exactly as printed returns the
+   cluster to ``current_production`` (``playbooks/audit.yml``: no drift, no mark of ours left).
+5. ``assert_matrix_agrees``: after a successful stage or a rollback, the matrix file and the cluster agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet_twin.process import TwinProcess
+
+from .conftest import ROOT, PlaybookRun, kubectl, run_playbook
+
+EXAMPLE = ROOT / "examples" / "gpu-version-matrix.yaml"
+NAMESPACE = "nvidia-gpu-operator"
+LEDGER = "gpufleet-upgrade-ledger"
+LEASE = "gpufleet-upgrade"
+GPU_NODES = "nvidia.com/gpu.present=true"
+CANARY_LABEL = "gpu-canary"
+OURS = "gpufleet.io/"
+
+Marks = dict[str, set[str]]
+
+
+# -- one group's setting: the matrix, the inputs of its role ------------------------------------------------------
+def write_matrix(
+    workspace: pathlib.Path, canary_testing: dict[str, str] | None, production: dict[str, str] | None = None
+) -> pathlib.Path:
+    """The example matrix, its canary_testing replaced by ``canary_testing`` (None: the example's own) and the
+    versions in ``production`` set in current_production."""
+    text = EXAMPLE.read_text()
+    for key, value in (production or {}).items():
+        text = re.sub(rf'(\n      {key}: )"[^"]*"', rf'\1"{value}"', text, count=1)
+    if canary_testing is not None:
+        start = text.index("    canary_testing:")
+        end = text.index("    rollback:")
+        body = "".join(f'      {key}: "{value}"\n' for key, value in canary_testing.items())
+        text = text[:start] + "    canary_testing:\n" + body + "\n" + text[end:]
+    path = workspace / "matrix.yaml"
+    path.write_text(text)
+    return path
+
+
+@dataclass
+class Group:
+    """One component group on a twin of its own, its cases run one after the other on it."""
+
+    name: str
+    twin: TwinProcess
+    workspace: pathlib.Path
+    inputs: dict[str, Any] = field(default_factory=dict)
+    budget: int = 1
+
+    def run(self, stage: str, **extra: Any) -> PlaybookRun:
+        variables = {
+            "stage": stage,
+            "upgrade_matrix_file": str(self.workspace / "matrix.yaml"),
+            "upgrade_report_dir": str(self.workspace / "reports"),
+            "upgrade_wait_timeout": 900,
+            "upgrade_max_unavailable": self.budget,
+            "validate_wait_sleep": 0.5,
+            "gpu_operator_wait_sleep": 1,
+            **self.inputs,
+            **extra,
+        }
+        return run_playbook("playbooks/upgrade.yml", twin=self.twin, extra_vars=variables, timeout=900)
+
+
+# -- reading the cluster ----------------------------------------------------------------------------------------
+def get_json(twin: TwinProcess, *args: str) -> Any:
+    return json.loads(kubectl(twin, "get", *args, "-o", "json"))
+
+
+def gpu_nodes(twin: TwinProcess) -> dict[str, dict[str, Any]]:
+    return {node["metadata"]["name"]: node for node in get_json(twin, "nodes", "-l", GPU_NODES)["items"]}
+
+
+def marks(twin: TwinProcess) -> Marks:
+    """Per GPU node, what this collection may have put on it: ``cordoned``, ``label <key>``, ``annotation <key>``."""
+    found: Marks = {}
+    for name, node in gpu_nodes(twin).items():
+        meta = node["metadata"]
+        keys = {f"label {key}" for key in meta.get("labels", {}) if key.startswith(OURS) or key == CANARY_LABEL}
+        keys |= {f"annotation {key}" for key in meta.get("annotations", {}) if key.startswith(OURS)}
+        if node["spec"].get("unschedulable"):
+            keys.add("cordoned")
+        if keys:
+            found[name] = keys
+    return found
+
+
+def cluster_ledger(twin: TwinProcess) -> list[dict[str, Any]]:
+    found = kubectl(twin, "get", "configmap", "-n", NAMESPACE, LEDGER, "-o", "json", check=False)
+    if not found:
+        return []
+    text = json.loads(found)["data"]["ledger.jsonl"]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def last_report(workspace: pathlib.Path, stage: str) -> str:
+    reports = sorted((workspace / "reports").glob(f"upgrade-{stage}-*.md"), key=lambda p: p.stat().st_mtime)
+    assert reports, f"no {stage} report in {workspace / 'reports'}"
+    return reports[-1].read_text()
+
+
+def max_unavailable_at_once(report: dict[str, Any]) -> int:
+    """The most GPU nodes the recorder saw unavailable at the same moment."""
+    edges = []
+    for intervals in report["nodes"]["unavailable_intervals"].values():
+        for interval in intervals:
+            edges.append((interval["from"], 1))
+            edges.append((interval["to"] or "9999", -1))
+    current = peak = 0
+    for _moment, step in sorted(edges):
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+# -- the invariants ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Halt:
+    """What a halted stage must name: the node, the step it stopped at, and (a piece of) the cause."""
+
+    node: str
+    step: str
+    cause: str
+
+
+def assert_outcome(group: Group, stage: str, run: PlaybookRun, halt: Halt | None) -> dict[str, Any]:
+    """1. Success, or a halt naming node, step and cause in the report and the ledger. Returns the ledger entry."""
+    entry = cluster_ledger(group.twin)[-1]
+    assert entry["stage"] == stage, (entry, run.output[-3000:])
+    if halt is None:
+        assert run.returncode == 0, run.output[-5000:]
+        assert re.search(rf"Stage {stage}: (success|unchanged)", run.output), run.output[-3000:]
+        assert entry["outcome"] in ("success", "unchanged"), entry
+        return entry
+    assert run.returncode != 0, run.output[-3000:]
+    assert f"Stage {stage}: failed" in run.output, run.output[-3000:]
+    assert entry["outcome"] == "failed", entry
+    report = last_report(group.workspace, stage)
+    recorded = json.dumps(entry)
+    for what in (halt.node, halt.step, halt.cause):
+        assert what in report, f"the {stage} report does not name {what!r}:\n{report}"
+        assert what in recorded, f"the ledger entry does not name {what!r}: {entry}"
+    return entry
+
+
+def assert_within_budget(twin: TwinProcess, budget: int) -> None:
+    """2. The recorder (reset when the case began): 0 violations, never more than ``budget`` down at once."""
+    served = twin.report()
+    assert served["budget_violations"] == [], served["budget_violations"]
+    assert max_unavailable_at_once(served) <= budget, served["nodes"]["unavailable_intervals"]
+
+
+def assert_marks_explained(twin: TwinProcess, before: Marks) -> None:
+    """3. Every mark of ours that was not there before the run is named, with why, by this run's ledger entry."""
+    entry = cluster_ledger(twin)[-1]
+    recorded = json.dumps(entry)
+    why = entry.get("message") or (entry.get("outcome") == "success" and entry.get("canary_node"))
+    for node, keys in marks(twin).items():
+        new = keys - before.get(node, set())
+        if new:
+            assert node in recorded and why, f"{node} carries {sorted(new)} but the ledger does not say why: {entry}"
+
+
+def printed_next(workspace: pathlib.Path, stage: str) -> dict[str, str]:
+    """The report's "Next" as extra vars: the first ``stage=...`` it names and any ``-e upgrade_x=value``."""
+    line = next(line for line in last_report(workspace, stage).splitlines() if line.startswith("| Next |"))
+    found = re.findall(r"(?:-e )?\b(stage|upgrade_\w+)=([\w.-]+)", line)
+    assert found and found[0][0] == "stage", f"the report's Next names no stage to run: {line}"
+    variables: dict[str, str] = {}
+    for key, value in found:
+        variables.setdefault(key, value)
+    return variables
+
+
+class NextFailed(AssertionError):
+    """The command a halted stage's report prints as "Next" failed, the fault cleared."""
+
+
+class Drift(AssertionError):
+    """The cluster does not run what the matrix's current_production names (``playbooks/audit.yml``)."""
+
+
+def assert_no_drift(group: Group) -> None:
+    out = group.workspace / "audit"
+    variables = {"audit_matrix_file": str(group.workspace / "matrix.yaml"), "audit_output_dir": str(out)}
+    run = run_playbook("playbooks/audit.yml", twin=group.twin, extra_vars=variables)
+    drift = json.loads((out / "audit.json").read_text())["drift"]
+    found = drift["nodes_with_drift"] + [c for c in drift.get("cluster", []) if c.get("status") == "drift"]
+    if found:
+        raise Drift(f"audit reports drift from current_production: {found}")
+    assert run.returncode == 0, run.output[-3000:]
+
+
+def assert_matrix_agrees(group: Group, baseline: Marks) -> None:
+    """5. The cluster runs what the matrix's current_production names; no node is left cordoned or carrying the
+    canary label that did not before the case, and any other mark of ours left is explained by the last ledger
+    record (a rollout's per-node state, say)."""
+    assert_no_drift(group)
+    left = {
+        node: sorted(key for key in keys - baseline.get(node, set()) if key in ("cordoned", f"label {CANARY_LABEL}"))
+        for node, keys in marks(group.twin).items()
+    }
+    assert not any(left.values()), f"left behind: {left}"
+    assert_marks_explained(group.twin, baseline)
+
+
+def recover(group: Group, stage: str, clear: Callable[[TwinProcess], None], baseline: Marks) -> None:
+    """4. Clear the fault, run the report's Next exactly as printed, until the cluster is back at production."""
+    clear(group.twin)
+    found = printed_next(group.workspace, stage)
+    next_stage = found.pop("stage")
+    assert next_stage in ("rollback", "canary"), found
+    before = marks(group.twin)
+    run = group.run(next_stage, **found)
+    if run.returncode != 0:
+        raise NextFailed(f"the printed Next (stage={next_stage}) failed with the fault cleared:\n{run.output[-3000:]}")
+    assert_outcome(group, next_stage, run, None)
+    assert_marks_explained(group.twin, before)
+    if next_stage == "canary":  # nothing had changed: the change itself goes on, then back to production
+        run = group.run("rollback")
+        assert_outcome(group, "rollback", run, None)
+    assert_matrix_agrees(group, baseline)
+
+
+# -- one case ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Case:
+    """One fault kind against one group's stage. ``inject`` adds the fault (through the admin URL), ``clear``
+    takes it away; ``halt`` is what a halted stage must name (None: the stage must succeed despite it)."""
+
+    name: str
+    stage: str
+    inject: Callable[[TwinProcess], None]
+    clear: Callable[[TwinProcess], None]
+    halt: Halt | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def clear_faults(twin: TwinProcess) -> None:
+    twin.admin("DELETE", "faults")
+
+
+def run_case(group: Group, case: Case) -> dict[str, Any]:
+    """The case's stage with its fault, every invariant after it, and back to production. Returns a summary."""
+    twin = group.twin
+    baseline = marks(twin)
+    twin.admin("POST", "report/reset")
+    case.inject(twin)
+    before = marks(twin)
+    run = group.run(case.stage, **case.extra)
+    entry = assert_outcome(group, case.stage, run, case.halt)
+    assert_within_budget(twin, group.budget)
+    assert_marks_explained(twin, before)
+    if case.halt is not None:
+        recover(group, case.stage, case.clear, baseline)
+    else:
+        case.clear(twin)
+        if case.stage == "canary":
+            assert_within_budget(twin, group.budget)
+            run = group.run("rollback")
+            assert_outcome(group, "rollback", run, None)
+        assert_matrix_agrees(group, baseline)
+    assert_within_budget(twin, group.budget)
+    return {"outcome": entry["outcome"], "cordoned_left": sorted(n for n, k in marks(twin).items() if "cordoned" in k)}
+
+
+def run_case_at(group: Group, case: Case, stage: str) -> dict[str, Any]:
+    """The case's fault at another stage (bench/soak.py): a clean canary first (and, for promote, the bake window
+    on the twin's clock), then the stage with the fault, its invariants, and back to production."""
+    if stage == case.stage:
+        return run_case(group, case)
+    run = group.run("canary")
+    assert_outcome(group, "canary", run, None)
+    if stage == "promote":
+        group.twin.advance(49 * 3600)
+    baseline = {} if stage == "promote" else marks(group.twin)
+    group.twin.admin("POST", "report/reset")
+    case.inject(group.twin)
+    before = marks(group.twin)
+    run = group.run(stage, **case.extra)
+    entry = cluster_ledger(group.twin)[-1]
+    assert_within_budget(group.twin, group.budget)
+    assert_marks_explained(group.twin, before)
+    if run.returncode != 0:
+        assert_outcome(
+            group, stage, run, Halt(*(case.halt.node, "", "") if case.halt else (entry["canary_node"], "", ""))
+        )
+        recover(group, stage, case.clear, baseline)
+    else:
+        case.clear(group.twin)
+        if stage == "promote":
+            baseline = marks(group.twin)  # nothing of ours may be left: the promotion released every hold
+            assert baseline == {}, baseline
+        assert_matrix_agrees(group, baseline)
+    return {
+        "outcome": entry["outcome"],
+        "cordoned_left": sorted(n for n, k in marks(group.twin).items() if "cordoned" in k),
+    }
+
+
+# -- SIGKILL of the process group mid-stage -----------------------------------------------------------------------
+def start_stage(group: Group, stage: str, **extra: Any) -> subprocess.Popen[bytes]:
+    """The stage as ``run`` starts it, in a session (process group) of its own."""
+    import sys
+
+    from .conftest import VENV_BIN
+
+    variables = {
+        "stage": stage,
+        "upgrade_matrix_file": str(group.workspace / "matrix.yaml"),
+        "upgrade_report_dir": str(group.workspace / "reports"),
+        "upgrade_wait_timeout": 900,
+        "upgrade_max_unavailable": group.budget,
+        "gpu_operator_wait_sleep": 1,
+        **group.inputs,
+        **extra,
+    }
+    env = group.twin.env()
+    env.update(
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"),
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    command = [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(ROOT / "playbooks/upgrade.yml")]
+    command += ["-e", json.dumps(variables)]
+    return subprocess.Popen(
+        command, env=env, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def lease_holder(twin: TwinProcess) -> str:
+    found = kubectl(twin, "get", "lease", "-n", NAMESPACE, LEASE, "-o", "json", check=False)
+    return str(json.loads(found)["spec"].get("holderIdentity") or "") if found else ""
+
+
+def kill_group_mid_stage(group: Group, stage: str, *, lease_duration: int, until: Callable[[], bool]) -> None:
+    """Start the stage, SIGKILL its whole process group once it holds the Lease and ``until()`` holds."""
+    import time
+
+    process = start_stage(group, stage, upgrade_lease_duration=lease_duration)
+    try:
+        deadline = time.monotonic() + 300  # real-time bound on a process event, not on simulated progress
+        while not (lease_holder(group.twin) and until()):
+            assert process.poll() is None, "the stage ended before it could be killed"
+            assert time.monotonic() < deadline, "the stage never took the Lease"
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
