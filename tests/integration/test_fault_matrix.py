@@ -244,17 +244,11 @@ CASES: list[tuple[str, Case]] = [
 
 # Cases that expose a bug not fixed here: strict, so the fix turns them into failures to remove the mark; with
 # ``raises`` only that failure is expected (any other broken invariant still fails the case).
-NOT_RETRIED = (
-    "issue 16 item 3: {n} on node PATCH fail the canary at once at its canary-label task, a plain "
-    "kubernetes.core.k8s task without retries (the gpu-promote branch adds retries to kubernetes.core tasks)"
-)
 OPERATOR_LEFT = (
     "a GPU Operator canary moves the operator's CSV to v25.3.0 and the stage=rollback that undoes it leaves the CSV "
     "there: audit.yml then reports cluster-wide drift on gpu_operator (expected v24.9.0)"
 )
 KNOWN_BUGS: dict[str, dict[str, Any]] = {
-    "api-5xx-burst": {"reason": NOT_RETRIED.format(n="six 503s")},
-    "409-conflicts": {"reason": NOT_RETRIED.format(n="four 409s")},
     "429-burst": {"reason": OPERATOR_LEFT, "raises": Drift},
     "node-already-cordoned": {"reason": OPERATOR_LEFT, "raises": Drift},
     "sigkill-then-rerun": {"reason": OPERATOR_LEFT, "raises": Drift},
