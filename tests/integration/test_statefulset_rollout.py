@@ -84,7 +84,7 @@ def rank_outages(twin: TwinProcess) -> list[tuple[str, str, str]]:
 
 def most_at_once(outages: list[tuple[str, str, str]]) -> int:
     # An outage ending at the moment another begins does not overlap it (the end sorts first).
-    edges = sorted([(start, 1) for _, start, _ in outages] + [(end, -1) for _, _, end in outages])
+    edges = sorted([(outage[1], 1) for outage in outages] + [(outage[2], -1) for outage in outages])
     current = peak = 0
     for _moment, step in edges:
         current += step
@@ -122,7 +122,7 @@ def test_driver_rollout_keeps_the_training_statefulset_within_its_pdb(twin, tmp_
     assert report["budget_violations"] == []
     assert 1 < max_unavailable_at_once(report) <= BUDGET  # two nodes did go at once
     outages = rank_outages(twin)
-    assert {name for name, _, _ in outages} == set(RANKS), outages  # every rank was moved off its node
+    assert {outage[0] for outage in outages} == set(RANKS), outages  # every rank was moved off its node
     assert most_at_once(outages) == 1, json.dumps(outages)
     wait_for(lambda: ranks_ready(twin) == dict.fromkeys(RANKS, True), what="the four ranks to be ready again")
     status = get_json(twin, "statefulset", "-n", NAMESPACE, "dist-train")["status"]
