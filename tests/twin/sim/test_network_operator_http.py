@@ -62,7 +62,12 @@ def wait_for(check: Callable[[], bool], *, what: str, timeout: float = 40.0) -> 
 
 def mofed_pods(twin: TwinProcess) -> dict[str, Obj]:
     pods = get(twin, "pods", "-n", netop.NAMESPACE, "-l", netop.OFED_LABEL)["items"]
-    return {p["spec"]["nodeName"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
+    # A pod the DaemonSet controller just made may not be bound yet: it is on no node so far.
+    return {
+        p["spec"]["nodeName"]: p
+        for p in pods
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    }
 
 
 def ready(pod: Obj | None) -> bool:
