@@ -27,7 +27,7 @@ from gpufleet_twin.cluster import Twin
 from gpufleet_twin.registry import Registry, ResourceType
 from gpufleet_twin.server import install_api_machinery
 from gpufleet_twin.sim import gpu_operator as gop
-from gpufleet_twin.sim import podutil, upgrade_apply
+from gpufleet_twin.sim import nodelabels, podutil, upgrade_apply
 from gpufleet_twin.sim import upgrade_model as um
 from gpufleet_twin.sim.build import install_core
 from gpufleet_twin.sim.kinds import Kinds
@@ -344,7 +344,7 @@ def test_install_on_openshift_seeds_a_csv_and_one_driver_daemonset_per_rhcos() -
     driver_ds = store.get(kinds.daemonset, namespace, f"nvidia-driver-daemonset-{OSTREE}")
     assert driver_ds["metadata"]["labels"][gop.DTK_LABEL] == "true"
     template = driver_ds["spec"]["template"]
-    assert template["spec"]["nodeSelector"][gop.OSTREE_LABEL] == OSTREE
+    assert template["spec"]["nodeSelector"][nodelabels.OSTREE_LABEL] == OSTREE
     assert template["metadata"]["labels"]["app"] == f"nvidia-driver-daemonset-{OSTREE}"
     image = next(c["image"] for c in template["spec"]["containers"] if c["name"] == "nvidia-driver-ctr")
     assert image == f"nvcr.io/nvidia/driver:{OLD_DRIVER}-rhcos4.16"
@@ -611,7 +611,7 @@ def test_image_paths_and_versions() -> None:
     )
     assert gop.image_path("r", "driver@sha256:abc", "x") == "driver@sha256:abc"
     assert gop.driver_version_of_image("nvcr.io/nvidia/driver:595.80-rhcos4.16") == "595.80"
-    assert gop.node_os_tag({gop.OS_ID_LABEL: "rhcos", gop.OS_VERSION_LABEL: "4.16"}) == "rhcos4.16"
+    assert nodelabels.node_os_tag({nodelabels.OS_ID_LABEL: "rhcos", nodelabels.OS_VERSION_LABEL: "4.16"}) == "rhcos4.16"
 
 
 def test_evict_pod_honours_the_pdb() -> None:
@@ -706,7 +706,7 @@ def test_openshift_node_on_a_new_rhcos_moves_to_a_new_driver_daemonset() -> None
             cluster.kinds.node,
             None,
             node_name,
-            lambda node: node["metadata"]["labels"].update({gop.OSTREE_LABEL: new_ostree}),
+            lambda node: node["metadata"]["labels"].update({nodelabels.OSTREE_LABEL: new_ostree}),
         )
         cluster.operator.reconcile_policies()
 

@@ -74,6 +74,7 @@ from . import upgrade_model as um
 from .admin import protected
 from .index import ClusterIndex
 from .kinds import Kinds
+from .nodelabels import OS_ID_LABEL, OS_VERSION_LABEL, OSTREE_LABEL, node_os_tag
 from .serviceaccounts import ensure_service_account
 from .state import NodeHealth, PodPlan, SimState
 from .wake import Waker
@@ -97,9 +98,6 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 DRIVER_COMPONENT = "nvidia-driver"
 DTK_LABEL = "openshift.driver-toolkit"
 DTK_RHCOS_LABEL = "openshift.driver-toolkit.rhcos"
-OSTREE_LABEL = "feature.node.kubernetes.io/system-os_release.OSTREE_VERSION"
-OS_ID_LABEL = "feature.node.kubernetes.io/system-os_release.ID"
-OS_VERSION_LABEL = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 PCI_NVIDIA_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"
@@ -113,8 +111,6 @@ _WAITING_ON_DRIVER_POD = frozenset({um.STATE_UNKNOWN, um.STATE_POD_RESTART_REQUI
 _CHEAP_PASS_SECONDS = 0.005
 _PASS_SPACING_FACTOR = 2.0
 _MAX_PASS_SPACING_SECONDS = 2.0
-# How long the upgrade controller waits for a new driver pod to be bound before it skips it as upstream does.
-UNBOUND_GRACE_SECONDS = 60.0
 DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 
 
@@ -465,14 +461,6 @@ def driver_version_of_image(image: str) -> str:
     """The driver version in a driver image tag: ``nvcr.io/nvidia/driver:560.35.03-ubuntu22.04`` -> 560.35.03."""
     tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
     return tag.split("-")[0]
-
-
-def node_os_tag(labels: Mapping[str, str]) -> str | None:
-    """getNodeOSTag: NFD os-release ID and VERSION_ID, e.g. ubuntu22.04 or rhcos4.16."""
-    os_id, version = labels.get(OS_ID_LABEL), labels.get(OS_VERSION_LABEL)
-    if not os_id or not version:
-        return None
-    return f"{os_id}{version}"
 
 
 def is_gpu_node(labels: Mapping[str, str]) -> bool:
@@ -1699,7 +1687,7 @@ class GpuOperator:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if not node_name:
                 stamp = pod["metadata"].get("creationTimestamp")
-                if stamp and now - podutil.parse_time(stamp) < UNBOUND_GRACE_SECONDS:
+                if stamp and now - podutil.parse_time(stamp) < um.UNBOUND_GRACE_SECONDS:
                     unbound.append(pod["metadata"]["name"])
                 continue  # "Driver Pod has no NodeName, skipping"
             node = self.index.nodes.get(node_name) or self.store.try_get(self.kinds.node, None, node_name)

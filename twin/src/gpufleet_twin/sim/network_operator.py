@@ -46,8 +46,7 @@ from .. import errors
 from ..registry import ResourceType
 from ..selectors import label_selector_from_map
 from ..store import Store, WatchEvent
-from . import gpu_operator as gop
-from . import podutil, upgrade_apply
+from . import nodelabels, podutil, upgrade_apply
 from . import upgrade_model as um
 from .index import ClusterIndex
 from .kinds import Kinds
@@ -184,22 +183,22 @@ def render_mofed_daemonsets(policy: Obj, *, node_labels: Mapping[str, Mapping[st
     for labels in node_labels.values():
         if labels.get(MELLANOX_PRESENT_LABEL) != "true":
             continue
-        os_tag = gop.node_os_tag(labels)
+        os_tag = nodelabels.node_os_tag(labels)
         if os_tag is None:
             continue
-        pools[(os_tag, labels.get(gop.OSTREE_LABEL) if openshift else None)] = None
+        pools[(os_tag, labels.get(nodelabels.OSTREE_LABEL) if openshift else None)] = None
     owner = podutil.owner_reference(policy, block_owner_deletion=True)
     daemonsets = []
     for os_tag, ostree in sorted(pools, key=lambda k: (k[0], k[1] or "")):
         app = f"mofed-{os_tag}"
         selector = {
             MELLANOX_PRESENT_LABEL: "true",
-            gop.OS_ID_LABEL: os_tag.rstrip("0123456789."),
-            gop.OS_VERSION_LABEL: os_tag[len(os_tag.rstrip("0123456789.")) :],
+            nodelabels.OS_ID_LABEL: os_tag.rstrip("0123456789."),
+            nodelabels.OS_VERSION_LABEL: os_tag[len(os_tag.rstrip("0123456789.")) :],
         }
         name = f"{app}-ds"
         if ostree:
-            selector[gop.OSTREE_LABEL] = ostree
+            selector[nodelabels.OSTREE_LABEL] = ostree
             name = f"{app}-{ostree}-ds"
         pod_labels = {"app": app, OFED_LABEL: "", "nvidia.com/ofed-driver-ds": name}
         daemonsets.append(
@@ -513,7 +512,7 @@ class NetworkOperator:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if not node_name:
                 stamp = pod["metadata"].get("creationTimestamp")
-                if stamp and now - podutil.parse_time(stamp) < gop.UNBOUND_GRACE_SECONDS:
+                if stamp and now - podutil.parse_time(stamp) < um.UNBOUND_GRACE_SECONDS:
                     unbound.append(pod["metadata"]["name"])
                 continue
             node = self.index.nodes.get(node_name)

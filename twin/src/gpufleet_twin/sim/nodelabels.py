@@ -17,10 +17,15 @@ nodes carry both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .state import NodeHealth
 
+# Node Feature Discovery's os-release labels (the operators pick per-OS driver images from them).
+OSTREE_LABEL = "feature.node.kubernetes.io/system-os_release.OSTREE_VERSION"
+OS_ID_LABEL = "feature.node.kubernetes.io/system-os_release.ID"
+OS_VERSION_LABEL = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 DRIVER_LABEL_PREFIXES = ("nvidia.com/cuda.driver", "nvidia.com/cuda.runtime")
 
 
@@ -250,3 +255,11 @@ def tracked_labels(health: NodeHealth, *, current: dict[str, str], timestamp: in
             gfd.pop("nvidia.com/gfd.timestamp")
         desired.update(gfd)
     return desired
+
+
+def node_os_tag(labels: Mapping[str, str]) -> str | None:
+    """getNodeOSTag: NFD os-release ID and VERSION_ID, e.g. ubuntu22.04 or rhcos4.16."""
+    os_id, version = labels.get(OS_ID_LABEL), labels.get(OS_VERSION_LABEL)
+    if not os_id or not version:
+        return None
+    return f"{os_id}{version}"

@@ -33,6 +33,8 @@ from typing import Literal
 from ..selectors import parse_label_selector
 
 # -- states (consts.go) -------------------------------------------------------------------------
+# How long the upgrade controller waits for a new driver pod to be bound before it skips it as upstream does.
+UNBOUND_GRACE_SECONDS = 60.0
 STATE_UNKNOWN = ""
 STATE_UPGRADE_REQUIRED = "upgrade-required"
 STATE_CORDON_REQUIRED = "cordon-required"
