@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import builtins
 import copy
 import datetime as dt
 import json
@@ -458,7 +459,7 @@ class Store:
     def _bucket(self, rtype: ResourceType) -> dict[tuple[str, str], Obj]:
         return self._objects.setdefault(rtype.key, {})
 
-    def _keys_in_order(self, rtype: ResourceType) -> list[tuple[str, str]]:
+    def _keys_in_order(self, rtype: ResourceType) -> builtins.list[tuple[str, str]]:  # ``list`` is a method here
         keys = self._sorted_keys.get(rtype.key)
         if keys is None:
             keys = self._sorted_keys[rtype.key] = sorted(self._bucket(rtype))

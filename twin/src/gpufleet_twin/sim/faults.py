@@ -339,7 +339,7 @@ class FaultInjector:
             def restore(health: Any = health, until: float | None = until) -> None:
                 # Ends the power cycle early when it is still this one (a later reboot stays).
                 now = self._twin.clock.now()
-                if health.rebooting_until is not None and health.rebooting_until == until and until > now:
+                if until is not None and health.rebooting_until == until and until > now:
                     health.rebooting_until = now
 
             fault.undo.append(restore)
