@@ -72,26 +72,27 @@ def configs() -> dict[str, list[dict[str, Any]]]:
 
 
 class _Captured(Exception):
-    def __init__(self, kwargs: dict[str, Any]) -> None:
-        super().__init__("captured")
-        self.kwargs = kwargs
+    """Stops a module's main() where it builds its ControllerAPIModule, before any request."""
 
 
 def module_spec(module: str) -> dict[str, Any]:
     """The keyword arguments awx.awx's ``module`` gives ControllerAPIModule, its auth options merged in as it does."""
     loaded = importlib.import_module(f"ansible_collections.awx.awx.plugins.modules.{module}")
     real = loaded.ControllerAPIModule
+    kwargs: dict[str, Any] = {}
 
-    def capture(**kwargs: Any) -> None:
-        raise _Captured(kwargs)
+    def capture(**given: Any) -> None:
+        kwargs.update(given)
+        raise _Captured()
 
     loaded.ControllerAPIModule = capture
     try:
         loaded.main()
-    except _Captured as captured:
-        kwargs = dict(captured.kwargs)
+    except _Captured:
+        pass
     finally:
         loaded.ControllerAPIModule = real
+    assert kwargs, f"awx.awx.{module} built no ControllerAPIModule"
     kwargs["argument_spec"] = {**real.AUTH_ARGSPEC, **kwargs["argument_spec"]}
     return kwargs
 
