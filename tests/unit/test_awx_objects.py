@@ -10,6 +10,7 @@ references between objects, the workflow's shape and the surveys against the pla
 from __future__ import annotations
 
 import importlib
+import json
 import pathlib
 import re
 import subprocess
@@ -379,3 +380,74 @@ def test_apply_playbook_syntax(tmp_path):
         check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+# Values for the secrets apply.yml templates into the credentials, as `-e @secrets.yml` gives them.
+SECRETS = {
+    "gpufleet_awx_k8s_host": "https://api.example.test:6443",
+    "gpufleet_awx_k8s_bearer_token": "token-for-the-test",
+    "gpufleet_awx_k8s_ca_cert": "-----BEGIN CERTIFICATE-----",
+    "gpufleet_awx_bmc_username": "root",
+    "gpufleet_awx_bmc_password": "password-for-the-test",
+    "gpufleet_awx_git_username": "git",
+    "gpufleet_awx_git_token": "git-token-for-the-test",
+}
+
+
+def _with_secrets(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _with_secrets(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_with_secrets(item) for item in value]
+    if isinstance(value, str) and value.startswith("{{ gpufleet_awx_"):
+        name = value[3:].split()[0]
+        return SECRETS.get(name, "")
+    return value
+
+
+def test_apply_renders_exactly_the_validated_objects(tmp_path, configs):
+    """apply.yml run by ansible-playbook, each awx.awx call turned into a debug of the arguments it would get.
+
+    Nothing talks to a controller: the arguments each task renders (loops, filters, the secrets templated in, the
+    injector templates kept raw) must equal the objects the tests above validated, in the same order.
+    """
+    (play,) = _load(AWX / "apply.yml")
+    for task in play["tasks"]:
+        module = next((key for key in task if key.startswith("awx.awx.")), None)
+        if module:
+            del task[module]
+            task.pop("no_log", None)  # the test's own secrets, so the rendered credentials can be compared
+            task["ansible.builtin.debug"] = {"msg": {"module": module.split(".")[-1], "params": task.pop("args")}}
+    del play["module_defaults"]
+    play["vars"]["gpufleet_awx_configs"] = str(AWX / "configs")
+    copy = tmp_path / "apply.yml"
+    copy.write_text(yaml.safe_dump([play], sort_keys=False))
+    completed = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), str(copy), "-e", json.dumps(SECRETS)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            "PATH": str(VENV_BIN),
+            "HOME": str(tmp_path),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+            "ANSIBLE_LOCALHOST_WARNING": "false",
+        },
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    rendered = []
+    for task in json.loads(completed.stdout)["plays"][0]["tasks"]:
+        for result in task["hosts"]["localhost"].get("results", []):
+            if not result.get("skipped") and "msg" in result:
+                rendered.append((result["msg"]["module"], result["msg"]["params"]))
+    expected = [(module, _with_secrets(params)) for module, _, params in module_calls(configs)]
+
+    # module_calls lists a workflow's node and link calls node by node; apply.yml makes all nodes, then all links.
+    def canonical(calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        return sorted(json.dumps(call, sort_keys=True) for call in calls)
+
+    assert canonical(rendered) == canonical(expected)
+    errors = [f"{module}: {e}" for module, params in rendered for e in validation_errors(module, params)]
+    assert not errors, "\n".join(errors)
