@@ -6,9 +6,10 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 
-.PHONY: demo test env lock sanity lint unit twin integration molecule bench soak clean
+.PHONY: demo test env lock lock-core216 sanity lint compat unit twin integration molecule bench soak clean
 
-$(STAMP): requirements/requirements.txt requirements/constraints.txt twin/pyproject.toml
+$(STAMP): requirements/requirements.txt requirements/constraints.txt requirements/core216.txt \
+		requirements/constraints-core216.txt twin/pyproject.toml
 	scripts/bootstrap "$(PYTHON)" "$(VENV)"
 	@touch $@
 
@@ -18,11 +19,11 @@ env: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
-## test: every test layer, in order (sanity, lint, unit, integration, molecule).
+## test: every test layer, in order (sanity, lint, compat, unit, integration, molecule).
 test: $(STAMP)
 	scripts/test all
 
-sanity lint unit twin integration molecule: $(STAMP)
+sanity lint compat unit twin integration molecule: $(STAMP)
 	scripts/test $@
 
 ## bench: the benchmarks at their smaller sizes (docs/benchmarks.md has the larger runs).
@@ -41,6 +42,17 @@ lock:
 	.lock-venv/bin/pip install -q -r requirements/requirements.txt
 	{ echo '# Full pin set resolved from requirements.txt on Python 3.11 (make lock).'; \
 	  .lock-venv/bin/pip freeze; } > requirements/constraints.txt
+	rm -rf .lock-venv
+
+# The pins of .venv-core216 (scripts/test compat); keep the versions constraints.txt
+# has wherever ansible-core 2.16 allows them.
+lock-core216:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	grep -v -e '^ansible-core==' -e '^resolvelib==' requirements/constraints.txt > .lock-venv/main-pins.txt
+	.lock-venv/bin/pip install -q -r requirements/core216.txt -c .lock-venv/main-pins.txt
+	{ echo '# Full pin set of .venv-core216 resolved from requirements/core216.txt on Python 3.11 (make lock-core216);'; \
+	  echo '# the versions of constraints.txt wherever ansible-core 2.16 allows them (it needs resolvelib<1.1.0).'; \
+	  .lock-venv/bin/pip freeze; } > requirements/constraints-core216.txt
 	rm -rf .lock-venv
 
 clean:
