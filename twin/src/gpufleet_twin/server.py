@@ -125,6 +125,7 @@ def install_api_machinery(twin: Twin) -> None:
     store.add_admission(_validate_object_name)
     store.add_admission(_default_builtin_fields)
     store.add_admission(_admit_crd_object)
+    store.add_admission(rbac.admit)
     store.add_admission(crd_schema.make_crd_admission())
     # Last: fill what the other hooks left out, as encoding a Go struct would.
     store.add_admission(RequiredFieldsCompletion(openapi.SchemaCatalog(twin.registry), twin.clock))
@@ -1061,6 +1062,17 @@ class ApiServer:
         user = self._user_of(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
             return _status_response(errors.unauthorized())
+        try:
+            acting_as = rbac.impersonated_user(
+                requester=user,
+                user=request.headers.get("Impersonate-User", ""),
+                groups=request.headers.getall("Impersonate-Group", []),
+                uid=request.headers.get("Impersonate-Uid", ""),
+                policy=self.policy,
+            )
+        except ApiError as problem:
+            return _status_response(problem)
+        user = acting_as or user
         request[_USER] = user
         if request.match_info.route.resource is not None and request.match_info.get("tail") is None:
             # The twin's own routes (/admin/...) are non-resource paths: only who may use them does
