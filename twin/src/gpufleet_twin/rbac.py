@@ -68,9 +68,8 @@ _METHOD_VERBS: Mapping[str, str] = {
     "PATCH": "patch",
     "DELETE": "delete",
 }
-# strconv.ParseBool, which decoding ListOptions' ``watch`` uses.
+# What strconv.ParseBool, which decoding ListOptions' ``watch`` uses, reads as true.
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class Decision:
 
 def request_attributes(*, user: UserInfo, method: str, path: str, query: Mapping[str, str]) -> Attributes:
     """The authorization attributes kube-apiserver's RequestInfoFactory derives from one request."""
-    parts = [part for part in path.strip("/").split("/") if part] if path.strip("/") else []
+    parts = [part for part in path.split("/") if part]
     non_resource = Attributes(user=user, verb=method.lower(), resource_request=False, path=path)
     if len(parts) < 3 or parts[0] not in ("api", "apis"):
         return non_resource
@@ -128,9 +127,8 @@ def request_attributes(*, user: UserInfo, method: str, path: str, query: Mapping
     name = rest[1] if len(rest) > 1 else ""
     subresource = rest[2] if len(rest) > 2 and verb != "proxy" else ""
     if not name and verb == "get":
+        # Any value strconv.ParseBool does not read as true (or cannot read at all) leaves a list.
         verb = "watch" if query.get("watch", "") in _TRUE else "list"
-        if query.get("watch", "") not in _TRUE | _FALSE | {""}:
-            verb = "list"  # an undecodable ListOptions falls back to a plain list
         name = _name_from_field_selector(query.get("fieldSelector", ""))
     if not name and verb == "delete":
         verb = "deletecollection"
