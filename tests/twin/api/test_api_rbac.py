@@ -452,3 +452,35 @@ def test_kubectl_as_impersonates_the_account(twin, audit, namespace):
         f'users "bob" is forbidden: User "{audit["user"]}" cannot impersonate resource "users" in API group "" '
         "at the cluster scope"
     ) in denied.stderr
+
+
+def test_labelled_cluster_roles_aggregate_into_view(twin, namespace):
+    extra = unique("view-leases")
+    rule = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]}
+    _bind(
+        twin,
+        name="view",
+        role_kind="ClusterRole",
+        role="view",
+        subject={"kind": "ServiceAccount", "name": "reader"},
+        namespace=namespace,
+    )
+    token = _account_token(twin, namespace, "reader")
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    assert twin.request("GET", leases, token=token).status == 403
+    _create(
+        twin,
+        f"{RBAC}/clusterroles",
+        {
+            "metadata": {"name": extra, "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+            "rules": [rule],
+        },
+    )
+    view = json.loads(twin.kubectl("get", "clusterrole", "view", "-o", "json").stdout)
+    assert rule in view["rules"]
+    assert twin.request("GET", leases, token=token).status == 200
+    # admin aggregates edit, which aggregates view: the rule reaches it too.
+    assert rule in json.loads(twin.kubectl("get", "clusterrole", "admin", "-o", "json").stdout)["rules"]
+    twin.kubectl("delete", "clusterrole", extra)
+    assert rule not in json.loads(twin.kubectl("get", "clusterrole", "view", "-o", "json").stdout)["rules"]
+    assert twin.request("GET", leases, token=token).status == 403
