@@ -95,7 +95,7 @@ _NAMES_AS_PATH_SEGMENTS = frozenset(
     }
 )
 _CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
-# Who a request authenticated as (the admin token, or a ServiceAccount token).
+# Who a request acts as: the admin, a user token, a ServiceAccount token, or whom it impersonates.
 _USER = web.RequestKey("user", serviceaccount_tokens.UserInfo)
 _SELF_SUBJECT_REVIEW = ("authentication.k8s.io", "selfsubjectreviews")
 _ACCESS_REVIEW = ("authorization.k8s.io", "selfsubjectaccessreviews")
@@ -1075,8 +1075,8 @@ class ApiServer:
         user = acting_as or user
         request[_USER] = user
         if request.match_info.route.resource is not None and request.match_info.get("tail") is None:
-            # The twin's own routes (/admin/...) are non-resource paths: only who may use them does
-            # (system:masters, or a rule naming the path). API requests are authorized in _serve.
+            # The twin's own routes (/admin/...) are non-resource paths: system:masters may use them, others
+            # only where a rule names the path. API requests are authorized in _serve.
             attributes = rbac.request_attributes(
                 user=user, method=request.method, path=request.path, query=rbac.query_of(request.query_string)
             )
