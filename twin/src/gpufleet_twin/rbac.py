@@ -420,6 +420,7 @@ def access_review_status(spec: Obj, user: UserInfo, policy: Policy) -> Obj:
             name=str(resource.get("name") or ""),
         )
     else:
+        non_resource = non_resource or {}  # not None here: one of the two was required above
         attributes = Attributes(
             user=user,
             verb=str(non_resource.get("verb") or ""),
