@@ -236,7 +236,8 @@ def one_run(run: Run, workdir: pathlib.Path) -> dict[str, Any]:
                 sigkill_at(group, run.stage)
             else:
                 owner, case = cases_by_fault()[run.fault]
-                run_case_at(group, case, run.stage, exact=owner == run.group)
+                # The PDB kind has no CI case: no outcome is predicted for it (issue 16 item 5 halts a MOFED canary).
+                run_case_at(group, case, run.stage, exact=owner == run.group and run.fault != PDB)
             row["invariants"] = "kept"
         except AssertionError as broken:
             row["invariants"] = judged(run.group, run.fault, broken)
