@@ -145,7 +145,7 @@ def wait_settled(twin: TwinProcess, *, timeout: float = 900) -> None:
         time.sleep(5)
 
 
-def start_group(name: str, workdir: pathlib.Path, *, nodes: int = 6, budget: int = 1) -> Group:
+def start_group(name: str, workdir: pathlib.Path, *, nodes: int = 6, budget: int = 1, timeout: float = 900) -> Group:
     twin = start_twin(nodes=nodes, profile="openshift", time_scale=600, workdir=workdir / "twin", startup_timeout=300)
     try:
         wait_settled(twin)
@@ -156,7 +156,7 @@ def start_group(name: str, workdir: pathlib.Path, *, nodes: int = 6, budget: int
     write_matrix(workdir, setting["canary"], setting.get("production"))
     inputs = setting.get("inputs", {})
     inputs = inputs(twin, workdir) if callable(inputs) else dict(inputs)
-    group = Group(name=name, twin=twin, workspace=workdir, inputs=inputs, budget=budget)
+    group = Group(name=name, twin=twin, workspace=workdir, inputs=inputs, budget=budget, timeout=timeout)
     twin.admin("POST", "budget", {"maxUnavailable": budget, "scope": GPU_NODES})
     return group
 
@@ -241,6 +241,7 @@ def one_run(run: Run, workdir: pathlib.Path) -> dict[str, Any]:
             row["invariants"] = "kept"
         except AssertionError as broken:
             row["invariants"] = judged(run.group, run.fault, broken)
+            row["traceback"] = traceback.format_exc()
         except Exception as exc:  # the harness itself failed: recorded, the soak goes on
             row["invariants"] = f"ERROR: {type(exc).__name__}: {exc}"[:240]
             row["traceback"] = traceback.format_exc()
@@ -290,15 +291,16 @@ def faulted_stage(group: Group, stage: str, faults: list[dict[str, Any]], hits: 
     """The stage with the random faults active; they are counted and cleared before anything is read."""
     twin = group.twin
     twin.admin("POST", "faults", {"faults": faults})
-    run = group.run(stage)
-    for fault in twin.admin("GET", "faults")["faults"]:
-        if fault["type"] == "node_step_failures":
-            for failed in fault.get("failed_steps", []):
-                hits[f"{failed['step']} {failed['node']}"] += 1
-        elif fault["hits"]:
-            hits[f"API {fault.get('code', fault['type'])}"] += fault["hits"]
-    clear_faults(twin)
-    return run
+    try:
+        return group.run(stage)
+    finally:
+        for fault in twin.admin("GET", "faults")["faults"]:
+            if fault["type"] == "node_step_failures":
+                for failed in fault.get("failed_steps", []):
+                    hits[f"{failed['step']} {failed['node']}"] += 1
+            elif fault["hits"]:
+                hits[f"API {fault.get('code', fault['type'])}"] += fault["hits"]
+        clear_faults(twin)
 
 
 def rollout(index: int, campaign: Campaign, workdir: pathlib.Path) -> dict[str, Any]:
@@ -306,7 +308,7 @@ def rollout(index: int, campaign: Campaign, workdir: pathlib.Path) -> dict[str, 
     seed = f"{campaign.seed}/{index}"
     row: dict[str, Any] = {"kind": "rollout", "index": index, "seed": seed, "hits": collections.Counter()}
     try:
-        group = start_group("gpu_operator", workdir, nodes=campaign.nodes, budget=campaign.budget)
+        group = start_group("gpu_operator", workdir, nodes=campaign.nodes, budget=campaign.budget, timeout=3600)
     except Exception as exc:  # recorded as this rollout's result
         return {
             **row,
@@ -317,6 +319,7 @@ def rollout(index: int, campaign: Campaign, workdir: pathlib.Path) -> dict[str, 
             "seconds": time.monotonic() - started,
         }
     twin = group.twin
+    row["timings"] = {"start-up": round(time.monotonic() - started)}
     faults = random_faults(seed, step_fraction=campaign.step_fraction, api_fraction=campaign.api_fraction)
     try:
         try:
@@ -325,12 +328,16 @@ def rollout(index: int, campaign: Campaign, workdir: pathlib.Path) -> dict[str, 
                 if stage == "promote":
                     twin.advance(49 * 3600)
                 before = marks(twin)
+                begun = time.monotonic()
                 run = faulted_stage(group, stage, faults, row["hits"])
+                row["timings"][stage] = round(time.monotonic() - begun)
                 assert_within_budget(twin, group.budget)
                 assert_marks_explained(twin, before)
                 if run.returncode != 0:
                     assert_outcome(group, stage, run, halt_as_recorded(twin))
+                    begun = time.monotonic()
                     recover(group, stage, clear_faults, baseline)
+                    row["timings"]["Next"] = round(time.monotonic() - begun)
                     break
                 assert_outcome(group, stage, run, None)
             else:
@@ -339,6 +346,7 @@ def rollout(index: int, campaign: Campaign, workdir: pathlib.Path) -> dict[str, 
             row["invariants"] = "kept"
         except AssertionError as broken:
             row["invariants"] = judged("gpu_operator", None, broken)
+            row["traceback"] = traceback.format_exc()
         except Exception as exc:  # the harness itself failed: recorded, the soak goes on
             row["invariants"] = f"ERROR: {type(exc).__name__}: {exc}"[:240]
             row["traceback"] = traceback.format_exc()
@@ -429,14 +437,15 @@ def write_doc(rows: list[dict[str, Any]], path: pathlib.Path, *, command: str, e
         f"Summary: {summary(rollouts)}; faults that hit: {sum(sum(r['hits'].values()) for r in rollouts)}.",
         "",
         "| # | Seed | Faults that hit | Stages run (ledger) | Invariants | Budget violations | Nodes left cordoned "
-        "| s |",
+        "| s (start-up, stages) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rollouts:
         hits = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(r["hits"].items())) or "none"
         lines.append(
             f"| {r['index']} | {r['seed']} | {hits} | {r['chain']} | {r['invariants']} | {r['violations']} | "
-            f"{', '.join(r['cordoned_left']) or '0'} | {r['seconds']:.0f} |"
+            f"{', '.join(r['cordoned_left']) or '0'} | {r['seconds']:.0f} "
+            f"({', '.join(f'{k} {v}' for k, v in (r.get('timings') or {}).items())}) |"
         )
     # The findings below the tables are written by a person reading them: a new run keeps them.
     kept = path.read_text() if path.exists() else ""

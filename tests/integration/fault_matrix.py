@@ -71,6 +71,7 @@ class Group:
     workspace: pathlib.Path
     inputs: dict[str, Any] = field(default_factory=dict)
     budget: int = 1
+    timeout: float = 900  # real seconds one ansible-playbook run may take (bench/soak.py's 200-node twins: more)
 
     def run(self, stage: str, **extra: Any) -> PlaybookRun:
         variables = {
@@ -84,7 +85,7 @@ class Group:
             **self.inputs,
             **extra,
         }
-        return run_playbook("playbooks/upgrade.yml", twin=self.twin, extra_vars=variables, timeout=900)
+        return run_playbook("playbooks/upgrade.yml", twin=self.twin, extra_vars=variables, timeout=self.timeout)
 
 
 # -- reading the cluster ----------------------------------------------------------------------------------------
