@@ -204,7 +204,7 @@ def printed_next(workspace: pathlib.Path, stage: str) -> dict[str, str]:
     assert found and found[0][0] == "stage", f"the report's Next names no stage to run: {line}"
     variables: dict[str, str] = {}
     for key, value in found:
-        variables.setdefault(key, value)
+        variables.setdefault(key, value.rstrip("."))  # "... then run stage=rollback." ends a sentence
     return variables
 
 
