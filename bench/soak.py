@@ -206,6 +206,13 @@ def judged(group: str, fault: str | None, broken: BaseException) -> str:
     return f"NEW: {type(broken).__name__}: {first}"
 
 
+def harness_error(exc: Exception) -> str:
+    if isinstance(exc, subprocess.TimeoutExpired):
+        stage = next((s for s in STAGES if f'"stage": "{s}"' in " ".join(map(str, exc.cmd))), "?")
+        return f"ERROR: a playbook run (stage={stage}) took longer than {exc.timeout:.0f} s and was killed"
+    return f"ERROR: {type(exc).__name__}: {exc}"[:240]
+
+
 def stage_chain(twin: TwinProcess, skip: int) -> str:
     """The stages this run recorded in the ledger, in order: ``canary failed -> rollback success``."""
     try:
@@ -243,7 +250,7 @@ def one_run(run: Run, workdir: pathlib.Path) -> dict[str, Any]:
             row["invariants"] = judged(run.group, run.fault, broken)
             row["traceback"] = traceback.format_exc()
         except Exception as exc:  # the harness itself failed: recorded, the soak goes on
-            row["invariants"] = f"ERROR: {type(exc).__name__}: {exc}"[:240]
+            row["invariants"] = harness_error(exc)
             row["traceback"] = traceback.format_exc()
         group.twin.admin("DELETE", "faults")
         row["chain"] = stage_chain(group.twin, 0)
@@ -348,7 +355,7 @@ def rollout(index: int, campaign: Campaign, workdir: pathlib.Path) -> dict[str, 
             row["invariants"] = judged("gpu_operator", None, broken)
             row["traceback"] = traceback.format_exc()
         except Exception as exc:  # the harness itself failed: recorded, the soak goes on
-            row["invariants"] = f"ERROR: {type(exc).__name__}: {exc}"[:240]
+            row["invariants"] = harness_error(exc)
             row["traceback"] = traceback.format_exc()
         clear_faults(twin)
         row["chain"] = stage_chain(twin, 0)
@@ -396,10 +403,11 @@ def write_doc(rows: list[dict[str, Any]], path: pathlib.Path, *, command: str, e
     lines = [
         "# Reliability: the fault matrix at full size and a random-fault campaign",
         "",
-        f"Measured with `{command}` on commit {commit()}, {datetime.date.today().isoformat()}, "
-        f"{jobs} runs at a time on the project's 2-core machine shared with other work: "
-        f"{elapsed / 60:.0f} min wall time (the last command). `bench/soak.py` says what each run does; the "
-        "invariants are those of "
+        f"Measured with `{command}` (commits: {', '.join(sorted({str(r.get('commit') or '?') for r in rows}))}; "
+        f"report written on {commit()}), {datetime.date.today().isoformat()}, up to {jobs} runs at a time on the "
+        f"project's 2-core machine shared with other work: the runs took {sum(r['seconds'] for r in rows) / 60:.0f} "
+        f"min in all, the last command {elapsed / 60:.0f} min wall time. `bench/soak.py` says what each run does; "
+        "the invariants are those of "
         "`tests/integration/fault_matrix.py`: the stage succeeds or halts naming node, step and cause; 0 budget "
         "violations (the twin's recorder); no cordon, label or annotation of ours without a ledger record saying "
         "why; the report's Next, the fault cleared, brings the cluster back to `current_production` (audit.yml: "
@@ -505,6 +513,7 @@ def main() -> int:
     work += [(f"{r.group}-{r.fault}-{r.stage}", lambda d, r=r: one_run(r, d)) for r in runs]
     print(f"{len(runs)} matrix runs, {args.rollouts} rollouts, {args.jobs} at a time", flush=True)
     rows: list[dict[str, Any]] = []
+    head = commit()
     lock = threading.Lock()
     started = time.monotonic()
     results = pathlib.Path(args.results) if args.results else None
@@ -515,6 +524,7 @@ def main() -> int:
             workdir.mkdir()
             row = job(workdir)
             row["command"] = ("python -m bench.soak " + " ".join(sys.argv[1:])).strip()
+            row["commit"] = head
             with lock:
                 rows.append(row)
                 shown = {k: v for k, v in row.items() if k != "traceback"}
@@ -538,7 +548,8 @@ def main() -> int:
         earlier = [json.loads(line) for line in pathlib.Path(args.with_results).read_text().splitlines() if line]
         for row in earlier:
             row["hits"] = collections.Counter(row.get("hits") or {})
-        command = " and ".join(sorted({str(r["command"]) for r in earlier if r.get("command")}) | {command})
+        earlier_commands = sorted({str(r["command"]) for r in earlier if r.get("command")})
+        command = "`, `".join([*earlier_commands, command] if rows else earlier_commands)
         rows = earlier + rows
     write_doc(rows, pathlib.Path(args.out), command=command, elapsed=elapsed, jobs=args.jobs)
     return 0
