@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -489,6 +490,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (each is a twin and ansible-playbook)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "reliability.md"))
     parser.add_argument("--runs", default="", help="instead of the product: group:fault:stage,... (a chosen few)")
+    parser.add_argument("--workdir", default="", help="keep every run's twin, reports and ledger here")
     parser.add_argument("--results", default="", help="also write every row as JSON lines here")
     parser.add_argument("--with-results", default="", help="rows of an earlier run (its --results) to report too")
     args = parser.parse_args()
@@ -517,11 +519,12 @@ def main() -> int:
     lock = threading.Lock()
     started = time.monotonic()
     results = pathlib.Path(args.results) if args.results else None
-    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-"))
 
         def do(name: str, job: Callable[[pathlib.Path], dict[str, Any]]) -> None:
             workdir = pathlib.Path(tmp) / name
-            workdir.mkdir()
+            workdir.mkdir(parents=True)
             row = job(workdir)
             row["command"] = ("python -m bench.soak " + " ".join(sys.argv[1:])).strip()
             row["commit"] = head
