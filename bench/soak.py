@@ -377,9 +377,8 @@ def commit() -> str:
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout
+    status = ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/reliability.md"]
+    dirty = subprocess.run(status, cwd=ROOT, capture_output=True, text=True, check=False).stdout
     return head.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
 
 
@@ -411,7 +410,8 @@ def write_doc(rows: list[dict[str, Any]], path: pathlib.Path, *, command: str, e
         f"Measured with `{command}` (commits: {', '.join(sorted({str(r.get('commit') or '?') for r in rows}))}; "
         f"report written on {commit()}), {datetime.date.today().isoformat()}, up to {jobs} runs at a time on the "
         f"project's 2-core machine shared with other work: the runs took {sum(r['seconds'] for r in rows) / 60:.0f} "
-        f"min in all, the last command {elapsed / 60:.0f} min wall time. `bench/soak.py` says what each run does; "
+        f"min in all{f', the last command {elapsed / 60:.0f} min wall time' if elapsed >= 60 else ''}. "
+        "`bench/soak.py` says what each run does; "
         "the invariants are those of "
         "`tests/integration/fault_matrix.py`: the stage succeeds or halts naming node, step and cause; 0 budget "
         "violations (the twin's recorder); no cordon, label or annotation of ours without a ledger record saying "
