@@ -33,9 +33,10 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_twin_scale --nodes 1000
 	$(BIN)/python -m bench.bench_ofed_rollout --nodes 30 --parallel 3
 
-## soak: the full fault matrix (component groups x canary/promote/rollback x fault kinds); writes docs/reliability.md.
+## soak: the full fault matrix (component groups x canary/promote/rollback x fault kinds) and 20 rollouts of 200
+## nodes with random faults; writes docs/reliability.md. A subset: make soak SOAK_ARGS="--groups firmware --rollouts 0".
 soak: $(STAMP)
-	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

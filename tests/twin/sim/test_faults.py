@@ -190,6 +190,9 @@ def test_node_never_returns_after_reboot(simulate) -> None:
         ({"type": "slow", "delay": 1}, "needs 'count'"),
         ({"type": "driver_build_fails"}, "needs 'kernel'"),
         ({"type": "reboot", "node": "n", "at": -1}, "cannot be negative"),
+        ({"type": "node_step_failures"}, "needs 'fraction', a number from 0 to 1"),
+        ({"type": "node_step_failures", "fraction": 1.5}, "needs 'fraction', a number from 0 to 1"),
+        ({"type": "node_step_failures", "fraction": 0.1, "steps": ["reboot", "fly"]}, "unknown steps .'fly'."),
     ],
 )
 def test_invalid_faults_are_explained(spec: dict, problem: str) -> None:
@@ -233,6 +236,7 @@ def _state(cluster: SimCluster, node: str, faults: FaultInjector) -> dict:
         "mc_failures": dict(cluster.sim.machine_config_failures),
         "pdb_annotation": (pdb["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION) if pdb else None,
         "never_allow": set(faults._never_allow),
+        "step_draws": len(cluster.sim.step_failure_draws),
     }
 
 
@@ -255,6 +259,10 @@ FAULT_CASES = {
         lambda s: ("mlx5_3", 1, "Down", "Disabled") in s["ib"],
     ),
     "secondary_network_down": ({"node": "{node}"}, lambda s: s["net"] is False),
+    "node_step_failures": (
+        {"fraction": 1, "steps": ["driver_build", "mofed_build"]},
+        lambda s: s["step_draws"] == 1,
+    ),
     "pdb_never_allows": (
         {"namespace": "default", "name": "train"},
         lambda s: s["pdb_annotation"] == "true" and ("default", "train") in s["never_allow"],
@@ -350,3 +358,80 @@ def test_removing_a_request_fault_stops_it_and_a_pending_fault_never_applies() -
         assert faults.remove("no-such-fault") is None
 
     asyncio.run(check())
+
+
+# -- faults drawn at random, seeded ------------------------------------------------------------------------------
+
+
+def test_request_faults_with_the_same_seed_hit_the_same_requests() -> None:
+    async def hits(seed: int) -> list[int]:
+        faults = injector(make_cluster(nodes=1))
+        faults.add({"type": "api_errors", "code": 503, "duration": 600, "fraction": 0.2, "seed": seed})
+        return [await outcome(faults, GET_NODE) for _ in range(200)]
+
+    async def check() -> None:
+        first, again, other = await hits(7), await hits(7), await hits(8)
+        assert first == again, "the same seed draws the same requests"
+        assert first != other, "another seed draws others"
+        assert 20 < first.count(503) < 60, "about a fifth fail"
+
+    asyncio.run(check())
+
+
+def test_node_steps_fail_at_random_reproducibly_by_seed() -> None:
+    def failed(seed: int, fraction: float) -> list[tuple[str, str, str]]:
+        cluster = make_cluster(nodes=1)
+        faults = injector(cluster)
+        fault = faults.add({"type": "node_step_failures", "fraction": fraction, "seed": seed})
+        # The draws are asked in another order each time: the answer depends on the step, not on the timing.
+        keys = [(f"node-{n:03d}", step, "570.124.06") for n in range(400) for step in ("driver_build", "mofed_build")]
+        for order in (keys, list(reversed(keys))):
+            answers = {key: cluster.sim.step_fails(*key) for key in order}
+        assert fault.hits == sum(answers.values()), "each step counts once, however often it is asked"
+        assert [(f["node"], f["step"], f["key"]) for f in fault.failed_steps] == sorted(
+            (k for k, hit in answers.items() if hit), key=keys.index
+        )
+        return sorted(k for k, hit in answers.items() if hit)
+
+    first = failed(42, 0.01)
+    assert first == failed(42, 0.01), "the same seed fails the same steps"
+    assert first != failed(43, 0.01)
+    assert 1 <= len(first) <= 25, f"about 1% of 800 steps: {len(first)}"
+    assert failed(42, 0) == []
+    assert len(failed(42, 1)) == 800
+
+
+def test_a_driver_build_drawn_to_fail_fails_on_that_node_only_until_the_fault_ends() -> None:
+    cluster = make_cluster(nodes=2)
+    faults = injector(cluster)
+    fault = faults.add({"type": "node_step_failures", "fraction": 1, "steps": ["driver_build"], "nodes": ["a"]})
+    sim = cluster.sim
+    assert sim.driver_builds_for("570.124.06", KERNEL, node_name="a") is False
+    assert sim.driver_builds_for("570.124.06", KERNEL, node_name="b") is True, "only the nodes it names"
+    assert sim.mofed_builds_for("24.10-1.0.0.0", KERNEL, node_name="a") is True, "only the steps it names"
+    assert fault.describe()["failed_steps"][0] | {"at": None} == {
+        "node": "a",
+        "step": "driver_build",
+        "key": "570.124.06",
+        "at": None,
+    }
+    faults.remove(fault.id)
+    assert sim.driver_builds_for("570.124.06", KERNEL, node_name="a") is True
+    assert sim.step_failure_draws == []
+
+
+def test_a_reboot_drawn_to_fail_keeps_the_node_down_until_the_fault_ends(simulate) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        faults = injector(cluster)
+        name = cluster.workers[0]
+        fault = faults.add({"type": "node_step_failures", "fraction": 1, "steps": ["reboot"]})
+        cluster.sim.reboot(name, 30)
+        await cluster.run_for(120, step=5)
+        assert cluster.sim.nodes[name].ready is False, "the reboot drawn to fail: the node stays down"
+        assert [(f["node"], f["step"], f["key"]) for f in fault.failed_steps] == [(name, "reboot", "1")]
+        faults.clear()
+        await cluster.run_for(60, step=5)
+        assert cluster.sim.nodes[name].ready is True
+        assert podutil.condition(cluster.node(name), "Ready")["status"] == "True"
+
+    simulate(scenario, nodes=1)

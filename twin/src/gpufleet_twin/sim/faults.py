@@ -18,6 +18,12 @@ at simulated time ``at`` (seconds after the cluster was populated):
 - ``pdb_never_allows`` {namespace, name}: that PDB never allows an eviction.
 - ``mofed_build_fails`` {kernel}: no MOFED driver builds for that kernel (MOFED pods crash-loop).
 - ``machine_config_fails`` {node, reason?}: the node's next MachineConfig update fails (state Degraded).
+- ``node_step_failures`` {fraction, seed?, steps?, nodes?}: each node step (``driver_build``, ``mofed_build``,
+  ``reboot``, ``machine_config``) fails with probability ``fraction``: the driver or MOFED version does not
+  build on that node (its pod crash-loops), the node does not come back from that reboot, the MachineConfig
+  update leaves it Degraded.  The draw is a hash of (seed, node, step, version built / release applied / the
+  node's n-th reboot since the fault began), so the same seed fails the same steps whatever the timing.  The
+  steps it failed are listed in ``failed_steps``.
 
 Request faults act on API requests that match ``verb`` (a verb or a list),
 ``resource`` (plural, ``pods/eviction``, ``*``), optionally ``namespace`` and
@@ -77,8 +83,10 @@ NODE_FAULTS = frozenset(
         "pdb_never_allows",
         "mofed_build_fails",
         "machine_config_fails",
+        "node_step_failures",
     }
 )
+NODE_STEPS = ("driver_build", "mofed_build", "reboot", "machine_config")
 REQUEST_FAULTS = frozenset({"api_errors", "slow", "conflict"})
 _MESSAGES = {
     500: ("InternalError", "Internal error occurred: the server encountered a temporary problem (injected fault)"),
@@ -102,6 +110,8 @@ class Fault:
     applied_at: str | None = None
     ended_at: str | None = None
     hits: int = 0
+    # node_step_failures: the steps it failed, {node, step, key, at}.
+    failed_steps: list[Obj] = field(default_factory=list)
     # What applying changed, as calls that put it back (run in reverse order when the fault ends).
     undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
@@ -115,6 +125,7 @@ class Fault:
             "ended_at": self.ended_at,
             "remaining": self.remaining,
             "hits": self.hits,
+            **({"failed_steps": list(self.failed_steps)} if self.type == "node_step_failures" else {}),
             **self.params,
         }
 
@@ -156,7 +167,7 @@ def validate_fault(spec: Obj) -> None:
     kind = spec.get("type")
     if kind not in NODE_FAULTS | REQUEST_FAULTS:
         raise ValueError(f"unknown fault type {kind!r}; known: {', '.join(sorted(NODE_FAULTS | REQUEST_FAULTS))}")
-    cluster_wide = {"driver_build_fails", "pdb_never_allows", "mofed_build_fails"}
+    cluster_wide = {"driver_build_fails", "pdb_never_allows", "mofed_build_fails", "node_step_failures"}
     if kind in NODE_FAULTS - cluster_wide and not (spec.get("node") or spec.get("nodes")):
         raise ValueError(f"fault {kind} needs 'node' (or 'nodes')")
     if kind == "mofed_build_fails" and not spec.get("kernel"):
@@ -165,6 +176,15 @@ def validate_fault(spec: Obj) -> None:
         raise ValueError("fault driver_build_fails needs 'kernel'")
     if kind == "pdb_never_allows" and not (spec.get("name") and spec.get("namespace")):
         raise ValueError("fault pdb_never_allows needs 'namespace' and 'name'")
+    if kind == "node_step_failures":
+        fraction = spec.get("fraction")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError("fault node_step_failures needs 'fraction', a number from 0 to 1")
+        unknown = set(spec.get("steps") or ()) - set(NODE_STEPS)
+        if unknown:
+            raise ValueError(
+                f"fault node_step_failures: unknown steps {sorted(unknown)}; known: {', '.join(NODE_STEPS)}"
+            )
     if kind == "api_errors" and int(spec.get("code", 500)) not in (*_MESSAGES, 429):
         raise ValueError("fault api_errors: code must be one of 429, 500, 503, 504")
     if kind == "slow" and float(spec.get("delay", 0)) <= 0:
@@ -315,15 +335,62 @@ class FaultInjector:
             health.never_returns = True
 
             def restore(health: Any = health) -> None:
-                if self._held_by_another(fault, node=health.name) or not health.never_returns:
-                    return
-                held_down = health.rebooting_until is None and not health.ready
-                if held_down and not self._held_by_node_not_ready(health.name):
-                    # The reboot that left it down ends now: the kubelet boots it (new boot id, Ready).
-                    health.rebooting_until = self._twin.clock.now()
-                health.never_returns = False
+                if not self._held_by_another(fault, node=health.name):
+                    self._let_return(health)
 
             fault.undo.append(restore)
+
+    def _let_return(self, health: Any) -> None:
+        """End a ``never_returns`` hold: a node it kept down boots now."""
+        if not health.never_returns:
+            return
+        held_down = health.rebooting_until is None and not health.ready
+        if held_down and not self._held_by_node_not_ready(health.name):
+            # The reboot that left it down ends now: the kubelet boots it (new boot id, Ready).
+            health.rebooting_until = self._twin.clock.now()
+        health.never_returns = False
+
+    def _apply_node_step_failures(self, fault: Fault) -> None:
+        fraction = float(fault.params["fraction"])
+        seed = str(fault.params.get("seed", fault.id))
+        steps = frozenset(fault.params.get("steps") or NODE_STEPS)
+        only = set(self._node_names(fault))
+        reboots: dict[str, int] = {}
+        decided: dict[tuple[str, str, str], bool] = {}
+
+        def draw(node: str, step: str, key: str) -> bool:
+            if fault.state != "active" or step not in steps or (only and node not in only):
+                return False
+            if step == "reboot":  # each reboot is a step of its own: the node's n-th since the fault began
+                reboots[node] = reboots.get(node, 0) + 1
+                key = str(reboots[node])
+            if (node, step, key) not in decided:
+                digest = hashlib.sha256(f"{seed}\0{node}\0{step}\0{key}".encode()).digest()
+                hit = int.from_bytes(digest[:8], "big") < fraction * 2**64
+                decided[node, step, key] = hit
+                if hit:
+                    fault.hits += 1
+                    at = self._twin.clock.iso(self._twin.clock.now())
+                    fault.failed_steps.append({"node": node, "step": step, "key": key, "at": at})
+            return decided[node, step, key]
+
+        self._sim.step_failure_draws.append(draw)
+
+        def restore() -> None:
+            self._sim.step_failure_draws.remove(draw)
+            # A build drawn to fail builds at the pod's next try; a node a failed reboot kept down boots now.
+            for failed in fault.failed_steps:
+                health = self._sim.nodes.get(failed["node"])
+                if failed["step"] == "reboot" and health is not None and not self._never_returns_held(health.name):
+                    self._let_return(health)
+
+        fault.undo.append(restore)
+
+    def _never_returns_held(self, name: str) -> bool:
+        """Whether an active ``node_never_returns`` fault holds the node down."""
+        return any(
+            f.state == "active" and f.type == "node_never_returns" and name in self._node_names(f) for f in self._faults
+        )
 
     def _held_by_node_not_ready(self, name: str) -> bool:
         return any(
@@ -522,7 +589,8 @@ class FaultInjector:
         )
         if params.get("count") is not None:
             fault.remaining = int(params["count"])
-        seed = int(hashlib.sha256(fault.id.encode()).hexdigest()[:8], 16)
+        # Seeded: the same seed (by default the fault's id) draws the same sequence of hits.
+        seed = int(hashlib.sha256(str(params.get("seed", fault.id)).encode()).hexdigest()[:8], 16)
         self._request_faults.append(_ActiveRequestFault(fault=fault, matcher=matcher, rng=random.Random(seed)))
 
     async def before_request(self, info: RequestInfo) -> None:

@@ -1420,7 +1420,7 @@ class GpuOperator:
         uid = pod["metadata"].get("uid", "")
         version = _driver_version_of_pod(pod)
         now = self.twin.clock.now()
-        if not self.sim.driver_builds_for(version, health.kernel):
+        if not self.sim.driver_builds_for(version, health.kernel, node_name=health.name):
             self._driver_eta[health.name] = (uid, None)
             message = _build_failure_message(
                 version=version, kernel=health.kernel, openshift=self.profile == "openshift"
@@ -1506,7 +1506,7 @@ class GpuOperator:
             f"Unpacking the NVIDIA driver {version} package",
             f"Installing NVIDIA driver version {version} for Linux kernel version {kernel}",
         ]
-        if health is not None and not self.sim.driver_builds_for(version, kernel):
+        if health is not None and not self.sim.driver_builds_for(version, kernel, node_name=health.name):
             lines += [
                 _build_failure_message(version=version, kernel=kernel, openshift=self.profile == "openshift"),
                 "Unloading NVIDIA driver kernel modules...",

@@ -412,7 +412,7 @@ class NetworkOperator:
         if meta.get("namespace") != NAMESPACE or OFED_LABEL not in (meta.get("labels") or {}):
             return None
         version = mofed_version_of_pod(pod)
-        if not self.sim.mofed_builds_for(version, health.kernel):
+        if not self.sim.mofed_builds_for(version, health.kernel, node_name=health.name):
             message = (
                 f"Failed to install MOFED {version}: no driver package for kernel {health.kernel} "
                 "(kernel-devel/headers not found)"

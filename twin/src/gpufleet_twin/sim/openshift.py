@@ -75,6 +75,8 @@ CURRENT_CONFIG = f"{MC_GROUP}/currentConfig"
 DESIRED_CONFIG = f"{MC_GROUP}/desiredConfig"
 MCD_STATE = f"{MC_GROUP}/state"
 MCD_REASON = f"{MC_GROUP}/reason"
+# Why a MachineConfig update drawn to fail (fault ``node_step_failures``) left the node Degraded, as the MCD says it.
+STEP_FAILURE_REASON = "failed to update OS: rpm-ostree rebase exited with status 1"
 ROLE_LABEL = "node-role.kubernetes.io/"
 STATE_DONE, STATE_WORKING, STATE_DEGRADED = "Done", "Working", "Degraded"
 CLUSTER_VERSION_NAME = "version"
@@ -627,8 +629,9 @@ class OpenShiftPlatform:
                 ]
                 if remaining:
                     continue
-                if name in self.sim.machine_config_failures:
-                    reason = self.sim.machine_config_failures[name]
+                drawn = self.sim.step_fails(name, "machine_config", release.ostree if release else "")
+                if name in self.sim.machine_config_failures or drawn:
+                    reason = self.sim.machine_config_failures.get(name) or STEP_FAILURE_REASON
                     self._annotate(name, {MCD_STATE: STATE_DEGRADED, MCD_REASON: reason})
                     del self._updates[name]
                     continue

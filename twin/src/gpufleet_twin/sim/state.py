@@ -126,6 +126,9 @@ class SimState:
     kernels_without_mofed_build: set[str] = field(default_factory=set)
     # Nodes whose next machine-config update fails (fault ``machine_config_fails``): node -> reason.
     machine_config_failures: dict[str, str] = field(default_factory=dict)
+    # Per-node steps drawn to fail at random (fault ``node_step_failures``): each is called with
+    # (node, step, key) and says whether that step fails; see ``step_fails``.
+    step_failure_draws: list[Callable[[str, str, str], bool]] = field(default_factory=list)
     # The twin's clock (set by ``build.populate``); ``reboot`` needs it.
     clock: SimClock | None = None
     # Simulated time the cluster was populated; scenario ``at`` times count from it.
@@ -149,14 +152,24 @@ class SimState:
                 return plan
         return PodPlan(outcome="ready")
 
-    def driver_builds_for(self, driver_version: str, kernel: str) -> bool:
+    def step_fails(self, node_name: str, step: str, key: str = "") -> bool:
+        """Whether a node's ``step`` (``driver_build``, ``mofed_build``, ``reboot``, ``machine_config``) for
+        ``key`` (the version built, the release applied) was drawn to fail by an active fault."""
+        answers = [draw(node_name, step, key) for draw in self.step_failure_draws]  # each fault sees every step
+        return any(answers)
+
+    def driver_builds_for(self, driver_version: str, kernel: str, *, node_name: str | None = None) -> bool:
         if kernel in self.kernels_without_driver_build:
+            return False
+        if node_name is not None and self.step_fails(node_name, "driver_build", driver_version):
             return False
         kernels = self.driver_builds.get(driver_version)
         return kernels is None or kernel in kernels
 
-    def mofed_builds_for(self, mofed_version: str, kernel: str) -> bool:
+    def mofed_builds_for(self, mofed_version: str, kernel: str, *, node_name: str | None = None) -> bool:
         if kernel in self.kernels_without_mofed_build:
+            return False
+        if node_name is not None and self.step_fails(node_name, "mofed_build", mofed_version):
             return False
         kernels = self.mofed_builds.get(mofed_version)
         return kernels is None or kernel in kernels
@@ -184,10 +197,13 @@ class SimState:
         The loaded GPU driver and the device plugin go with it (the kernel
         module is gone after a reboot; the driver pod reloads it when the
         kubelet restarts it).  The kubelet brings the node back at
-        ``rebooting_until`` unless ``never_returns`` is set, restarting the
-        containers of every pod on it.
+        ``rebooting_until`` unless ``never_returns`` is set (or this reboot was
+        drawn to fail, fault ``node_step_failures``), restarting the containers
+        of every pod on it.
         """
         health = self.nodes[node_name]
+        if self.step_fails(node_name, "reboot"):
+            health.never_returns = True  # this reboot was drawn to fail: the node does not come back
         until = self.now() + max(0.0, duration)
         if health.rebooting_until is not None:
             until = max(until, health.rebooting_until)
