@@ -32,7 +32,9 @@ def fleet(tmp_path_factory):
     twins = {}
     try:
         for name in CLUSTERS:
-            twins[name] = start_twin(nodes=NODES, time_scale=600, workdir=tmp_path_factory.mktemp(name))
+            twins[name] = start_twin(
+                nodes=NODES, time_scale=600, workdir=tmp_path_factory.mktemp(name), startup_timeout=300
+            )
         yield twins
     finally:
         for twin in twins.values():
