@@ -28,6 +28,7 @@ attributes:
     description: Builds the summary and says whether its files would change; writes nothing.
   diff_mode:
     support: none
+    description: The summary's files are replaced whole; RV(summary) is what they hold.
 options:
   run:
     description: What ran over the fleet (C(audit), or the upgrade stage C(canary), C(bake), C(promote), C(rollback)).
