@@ -16,8 +16,15 @@ import xml.etree.ElementTree as ET
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import cluster_file_name
 
-REPORT_FILES = {"json": "audit.json", "junit": "audit.xml", "markdown": "audit.md"}
+REPORT_EXTENSIONS = {"json": "json", "junit": "xml", "markdown": "md"}
+
+
+def report_files(cluster: str = "") -> Dict[str, str]:
+    """Report kind to file name: ``audit-<cluster>.json`` and so on, ``audit.json`` without a cluster name."""
+    return {kind: cluster_file_name("audit", cluster, extension) for kind, extension in REPORT_EXTENSIONS.items()}
+
 
 DRIFT = "drift"
 VIOLATION = "violation"
@@ -31,7 +38,8 @@ def render_json(result: Mapping[str, Any]) -> str:
 
 def render_junit(result: Mapping[str, Any]) -> str:
     """One testsuite for the rules, one for the drift audit; a violation or a drift is a failure."""
-    suites = ET.Element("testsuites", name="gpufleet.upgrade audit")
+    cluster = result.get("cluster_name") or ""
+    suites = ET.Element("testsuites", name="gpufleet.upgrade audit" + (f" of {cluster}" if cluster else ""))
     rules = result["rules"]["results"]
     rule_suite = ET.SubElement(
         suites,
@@ -80,8 +88,9 @@ def _drifted_rows(node: Mapping[str, Any]) -> List[str]:
 
 def render_markdown(result: Mapping[str, Any]) -> str:
     rules, drift = result["rules"], result.get("drift")
+    cluster = result.get("cluster_name") or ""
     lines = [
-        "# GPU cluster audit",
+        f"# GPU cluster audit: {cluster}" if cluster else "# GPU cluster audit",
         "",
         f"Matrix: `{result['matrix_source']}` · rules: **{rules['status']}**",
         f"({rules['counts']['violation']} violations, {rules['counts']['warning']} warnings)",
@@ -135,7 +144,9 @@ def publish_result(result: Dict[str, Any], *, report_dir: Optional[str], drift_n
     changed = False
     if report_dir:
         try:
-            result["reports"], changed = write_reports(report_dir, render_reports(result), check_mode=check_mode)
+            result["reports"], changed = write_reports(
+                report_dir, render_reports(result), check_mode=check_mode, cluster=result.get("cluster_name") or ""
+            )
         except OSError as err:
             raise InvalidInputError(f"Cannot write the audit reports to {report_dir}: {err}") from err
     if drift_nodes == "drifted" and "drift" in result:
@@ -143,17 +154,20 @@ def publish_result(result: Dict[str, Any], *, report_dir: Optional[str], drift_n
     return changed
 
 
-def write_reports(directory: str, reports: Mapping[str, str], *, check_mode: bool) -> Tuple[Dict[str, str], bool]:
+def write_reports(
+    directory: str, reports: Mapping[str, str], *, check_mode: bool, cluster: str = ""
+) -> Tuple[Dict[str, str], bool]:
     """Write each report whose content differs from the file there; return the paths and whether any changed.
 
     Each file is replaced atomically (a reader never sees half a report).
     """
-    paths = {kind: os.path.join(directory, REPORT_FILES[kind]) for kind in reports}
+    names = report_files(cluster)
+    paths = {kind: os.path.join(directory, names[kind]) for kind in reports}
     stale = [kind for kind in reports if _read(paths[kind]) != reports[kind]]
     if stale and not check_mode:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         for kind in stale:
-            handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{REPORT_FILES[kind]}.")
+            handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{names[kind]}.")
             with os.fdopen(handle, "w", encoding="utf-8") as stream:
                 stream.write(reports[kind])
             os.chmod(temporary, 0o644)

@@ -19,8 +19,10 @@ Optionally the change is committed to Git and tagged ``vYYYY-MM-stable``.
 
 from __future__ import annotations
 
+import base64
 import io
 import os
+import shlex
 import tempfile
 import traceback
 from dataclasses import dataclass, field
@@ -316,6 +318,8 @@ def promote_matrix_file(path: str, *, promoted_on: str, note: str = "", check_mo
 # -- Git --------------------------------------------------------------------------------------------
 
 RunCommand = Callable[[List[str]], Tuple[int, str, str]]
+# A command run with extra environment variables (the push's credential travels there, never in argv).
+RunCommandWithEnv = Callable[[List[str], Dict[str, str]], Tuple[int, str, str]]
 
 
 def stable_tag(promoted_on: str) -> str:
@@ -361,3 +365,90 @@ def git_commit_and_tag(
             git("tag", "-a", tag, "-m", message)
             result["tag"] = tag
     return result
+
+
+@dataclass(frozen=True)
+class PushRequest:
+    """Where and how to push a promotion's commit (and tag)."""
+
+    remote: str = "origin"
+    # Remote branch to push HEAD to; empty means the checked-out branch's own name.
+    branch: str = ""
+    push_tag: bool = True
+    # HTTPS: a token sent as HTTP basic auth (user ``username``); SSH: a private key file.
+    token: str = ""
+    username: str = "git"
+    ssh_key_file: str = ""
+
+
+def push_environment(request: PushRequest) -> Dict[str, str]:
+    """Environment for ``git push``: never prompt; the credential as config in the environment, not in argv."""
+    env = {"GIT_TERMINAL_PROMPT": "0"}
+    if request.token:
+        basic = base64.b64encode(f"{request.username}:{request.token}".encode("utf-8")).decode("ascii")
+        # GIT_CONFIG_COUNT/KEY/VALUE (git >= 2.31) keep the header out of the process list and of .git/config.
+        env.update(
+            GIT_CONFIG_COUNT="1",
+            GIT_CONFIG_KEY_0="http.extraHeader",
+            GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}",
+        )
+    if request.ssh_key_file:
+        env["GIT_SSH_COMMAND"] = f"ssh -i {shlex.quote(request.ssh_key_file)} -o IdentitiesOnly=yes -o BatchMode=yes"
+    return env
+
+
+def push_refspecs(*, branch: str, tag: str, push_tag: bool) -> List[str]:
+    refspecs = [f"HEAD:refs/heads/{branch}"]
+    if tag and push_tag:
+        refspecs.append(f"refs/tags/{tag}:refs/tags/{tag}")
+    return refspecs
+
+
+def pushed_refs(porcelain: str) -> List[Dict[str, str]]:
+    """The refs ``git push --porcelain`` reports, each with whether the remote moved (flag other than ``=``)."""
+    refs = []
+    for line in porcelain.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[0][:1] in (" ", "+", "-", "*", "=", "!"):
+            refs.append({"flag": parts[0][:1], "ref": parts[1].split(":")[-1], "summary": parts[2].strip()})
+    return refs
+
+
+def git_push(run: RunCommandWithEnv, *, path: str, tag: str, request: PushRequest) -> Dict[str, Any]:
+    """Push HEAD (and the promotion's tag) to the remote; a refused or failed push raises, naming what stayed local."""
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    env = push_environment(request)
+    commit = run(["git", "-C", directory, "rev-parse", "HEAD"], env)[1].strip()
+    branch = request.branch
+    if not branch:
+        code, out, err = run(["git", "-C", directory, "symbolic-ref", "--quiet", "--short", "HEAD"], env)
+        if code != 0 or not out.strip():
+            raise GitError(
+                f"commit {commit} is only local: HEAD is detached (as in an AWX project checkout), "
+                "so name the remote branch to push to (git_push_branch)",
+                result={"git_push": {"pushed": False, "remote": request.remote, "commit": commit}},
+            )
+        branch = out.strip()
+    if tag and run(["git", "-C", directory, "rev-parse", "--quiet", "--verify", f"refs/tags/{tag}"], env)[0] != 0:
+        tag = ""  # a re-run on a fresh checkout: the promotion's tag was made (and pushed) elsewhere
+    refspecs = push_refspecs(branch=branch, tag=tag, push_tag=request.push_tag)
+    # --atomic: the branch and the tag move together or not at all (a tag without its branch misleads).
+    code, out, err = run(["git", "-C", directory, "push", "--porcelain", "--atomic", request.remote, *refspecs], env)
+    refs = pushed_refs(out)
+    outcome = {
+        "pushed": code == 0,
+        "remote": request.remote,
+        "branch": branch,
+        "commit": commit,
+        "tag": tag if tag and request.push_tag else "",
+        "refs": refs,
+        "changed": code == 0 and any(ref["flag"] != "=" for ref in refs),
+    }
+    if code != 0:
+        words = " ".join((err or out).split())
+        raise GitError(
+            f"commit {commit}{' and tag ' + tag if tag else ''} are only local: git push to {request.remote} "
+            f"({', '.join(refspecs)}) failed: {words}",
+            result={"git_push": outcome},
+        )
+    return outcome

@@ -24,10 +24,10 @@ OUTCOME_WORDS = {
 }
 
 
-def report_file_name(stage: str, recorded_at: str) -> str:
-    """``upgrade-<stage>-<YYYYmmddTHHMMSSZ>.md`` from the entry's cluster time."""
+def report_file_name(stage: str, recorded_at: str, *, cluster: str = "") -> str:
+    """``upgrade-[<cluster>-]<stage>-<YYYYmmddTHHMMSSZ>.md`` from the entry's cluster time."""
     stamp = "".join(ch for ch in recorded_at if ch.isalnum()) or "unknown-time"
-    return f"upgrade-{stage}-{stamp}.md"
+    return f"upgrade-{cluster + '-' if cluster else ''}{stage}-{stamp}.md"
 
 
 def duration_text(seconds: Any) -> str:
@@ -199,7 +199,9 @@ def render_report(entry: Mapping[str, Any]) -> str:
     stage = str(entry.get("stage") or "")
     outcome = str(entry.get("outcome") or "")
     title = STAGE_TITLES.get(stage, stage)
-    lines = [f"# {title} {OUTCOME_WORDS.get(outcome, outcome)}: {change_summary(entry)}", ""]
+    cluster_name = entry.get("cluster_name") or ""
+    on_cluster = f" on {cluster_name}" if cluster_name else ""
+    lines = [f"# {title}{on_cluster} {OUTCOME_WORDS.get(outcome, outcome)}: {change_summary(entry)}", ""]
     actor = entry.get("actor") or {}
     who = actor.get("user") or "unknown user"
     if actor.get("awx_job_id"):
@@ -224,6 +226,10 @@ def render_report(entry: Mapping[str, Any]) -> str:
         ["What", change_summary(entry)],
         ["Where", where or "-"],
     ]
+    if cluster_name:
+        summary.insert(
+            0, ["Cluster", cluster_name + (f" (API server {entry['cluster']})" if entry.get("cluster") else "")]
+        )
     if entry.get("forced"):
         summary.append(["Forced", f"yes, reason: {entry.get('force_reason')}"])
     bake = entry.get("bake") or {}

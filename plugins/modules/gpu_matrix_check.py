@@ -76,6 +76,7 @@ options:
     description:
       - Directory to write the reports to - C(audit.json) (the whole result), C(audit.xml) (JUnit, one test case per
         rule and per node) and C(audit.md) (a summary for people). Files are replaced only when their content changes.
+      - With O(cluster_name) the files are C(audit-<cluster_name>.json), C(.xml) and C(.md).
       - Not written in check mode (the result says whether they would change).
     type: path
   drift_nodes:
@@ -86,6 +87,13 @@ options:
     type: str
     choices: [all, drifted]
     default: all
+  cluster_name:
+    description:
+      - Name of the cluster audited (in a fleet inventory, its host name). It titles the reports and names their files,
+        so the reports of many clusters can share one directory.
+      - Letters, digits, C(.), C(_) and C(-).
+    type: str
+    default: ""
 requirements:
   - kubernetes >= 24.2.0 (for O(audit) and O(configmap_name))
   - PyYAML
@@ -195,6 +203,11 @@ drift:
       description: Names of the nodes where at least one component drifted.
       type: list
       elements: str
+cluster_name:
+  description: O(cluster_name), when set.
+  returned: when O(cluster_name) is set
+  type: str
+  sample: gpu-east
 reports:
   description: Report kind (C(json), C(junit), C(markdown)) to the path of its file.
   returned: when O(report_dir) is set
@@ -210,6 +223,7 @@ api_requests:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._audit_report import publish_result
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import check_cluster_name
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
@@ -240,12 +254,14 @@ def argument_spec():
         firmware_by_node={"type": "dict"},
         report_dir={"type": "path"},
         drift_nodes={"type": "str", "choices": ["all", "drifted"], "default": "all"},
+        cluster_name={"type": "str", "default": ""},
     )
     return spec
 
 
 def check(module):
     params = module.params
+    cluster_name = check_cluster_name(params["cluster_name"])
     source = MatrixSource(
         path=params["src"],
         configmap_name=params["configmap_name"],
@@ -259,6 +275,8 @@ def check(module):
         connect=lambda: KubeApi.from_params(params),
         firmware_by_node=params["firmware_by_node"],
     )
+    if cluster_name:
+        result["cluster_name"] = cluster_name
     changed = publish_result(
         result,
         report_dir=params["report_dir"],

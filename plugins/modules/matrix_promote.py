@@ -50,6 +50,45 @@ options:
     description: Tag to create with O(git_commit). Empty means C(vYYYY-MM-stable) for O(promoted_on).
     type: str
     default: ""
+  git_push:
+    description:
+      - Push the commit (and its tag, see O(git_push_tag)) to O(git_remote) after O(git_commit). Also tried when the
+        file was promoted already (a re-run after a failed push). A refused or failed push fails the task, saying which
+        commit and tag stayed local; it is never silent.
+      - An AWX job's project checkout is gone when the job ends, so a promotion there is kept only by pushing it.
+    type: bool
+    default: false
+  git_remote:
+    description: Remote name or URL to push to.
+    type: str
+    default: origin
+  git_push_branch:
+    description:
+      - Remote branch that receives HEAD. Empty means the checked-out branch's own name; an AWX project checkout has
+        a detached HEAD, so name it there.
+      - A branch of its own (for example C(gpufleet/promote-2026-11)) with O(git_push_tag=false) proposes the
+        promotion for review instead of pushing it to the main branch.
+    type: str
+    default: ""
+  git_push_tag:
+    description: Push the promotion's tag as well (when it exists locally).
+    type: bool
+    default: true
+  git_token:
+    description:
+      - Token for an HTTPS remote, sent as HTTP basic auth with O(git_username). It is passed to git in the
+        environment (C(GIT_CONFIG_*)), never on its command line or in C(.git/config).
+      - Falls back to the environment variable C(GPUFLEET_GIT_TOKEN) (an AWX custom credential can inject it).
+    type: str
+  git_username:
+    description: User name sent with O(git_token) (most Git servers accept any name with a token).
+    type: str
+    default: git
+  git_ssh_key_file:
+    description:
+      - Private key for an SSH remote (used with C(IdentitiesOnly) and C(BatchMode), so git never prompts).
+      - Falls back to the environment variable C(GPUFLEET_GIT_SSH_KEY_FILE).
+    type: path
   git_author_name:
     description: Author name of the commit (AWX execution environments rarely have a Git identity).
     type: str
@@ -58,9 +97,14 @@ options:
     description: Author e-mail of the commit.
     type: str
     default: gpufleet-upgrade@localhost
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+notes:
+  - The Kubernetes connection options are accepted so that one C(module_defaults) block for
+    C(group/gpufleet.upgrade.k8s) serves every module of the collection; this module does not connect to a cluster.
 requirements:
   - ruamel.yaml
-  - git (with O(git_commit=true))
+  - git (with O(git_commit=true)); git >= 2.31 for O(git_token)
 seealso:
   - module: gpufleet.upgrade.gpu_matrix_check
   - name: The upgrade flow
@@ -76,6 +120,22 @@ EXAMPLES = r"""
     note: "Promoted after a 48 h bake (ledger entry promote-20261124T101500Z-1a2b)."
     git_commit: true
   register: promotion
+
+- name: Promote, commit, and push the commit and its tag for AWX (its checkout has a detached HEAD)
+  gpufleet.upgrade.matrix_promote:
+    path: matrix/gpu-version-matrix.yaml
+    git_commit: true
+    git_push: true
+    git_push_branch: main
+    git_token: "{{ lookup('ansible.builtin.env', 'GPUFLEET_GIT_TOKEN') }}"
+
+- name: Propose the promotion for review on a branch of its own
+  gpufleet.upgrade.matrix_promote:
+    path: matrix/gpu-version-matrix.yaml
+    git_commit: true
+    git_push: true
+    git_push_branch: gpufleet/promote-2026-11
+    git_push_tag: false
 
 - name: Show what the promotion would change
   gpufleet.upgrade.matrix_promote:
@@ -110,17 +170,35 @@ git:
   returned: when O(git_commit=true) and the file changed
   type: dict
   sample: {committed: true, commit: 3f2a1c9b0d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a, tag: v2026-11-stable, tag_existed: false}
+git_push:
+  description:
+    - What was pushed - C(pushed), C(remote), C(branch), C(commit), C(tag), C(refs) (each ref with git's flag and
+      summary) and C(changed) (whether the remote moved). Returned with the failure when the push failed.
+  returned: when O(git_push=true)
+  type: dict
+  sample:
+    pushed: true
+    remote: origin
+    branch: main
+    commit: 3f2a1c9b0d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a
+    tag: v2026-11-stable
+    changed: true
+    refs: [{flag: " ", ref: refs/heads/main, summary: "1a2b3c4..3f2a1c9"}]
 """
 
 import datetime
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import (
     HAS_RUAMEL,
     RUAMEL_IMPORT_ERROR,
+    GitError,
+    PushRequest,
     git_commit_and_tag,
+    git_push,
     promote_matrix_file,
     stable_tag,
 )
@@ -129,15 +207,26 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import utc_
 
 
 def argument_spec():
-    return {
-        "path": {"type": "path", "required": True},
-        "promoted_on": {"type": "str"},
-        "note": {"type": "str", "default": ""},
-        "git_commit": {"type": "bool", "default": False},
-        "git_tag": {"type": "str", "default": ""},
-        "git_author_name": {"type": "str", "default": "gpufleet.upgrade"},
-        "git_author_email": {"type": "str", "default": "gpufleet-upgrade@localhost"},
-    }
+    spec = k8s_auth_argument_spec()
+    spec.update(
+        {
+            "path": {"type": "path", "required": True},
+            "promoted_on": {"type": "str"},
+            "note": {"type": "str", "default": ""},
+            "git_commit": {"type": "bool", "default": False},
+            "git_tag": {"type": "str", "default": ""},
+            "git_push": {"type": "bool", "default": False},
+            "git_remote": {"type": "str", "default": "origin"},
+            "git_push_branch": {"type": "str", "default": ""},
+            "git_push_tag": {"type": "bool", "default": True},
+            "git_token": {"type": "str", "no_log": True, "fallback": (env_fallback, ["GPUFLEET_GIT_TOKEN"])},
+            "git_username": {"type": "str", "default": "git"},
+            "git_ssh_key_file": {"type": "path", "fallback": (env_fallback, ["GPUFLEET_GIT_SSH_KEY_FILE"])},
+            "git_author_name": {"type": "str", "default": "gpufleet.upgrade"},
+            "git_author_email": {"type": "str", "default": "gpufleet-upgrade@localhost"},
+        }
+    )
+    return spec
 
 
 def promote(module):
@@ -156,16 +245,38 @@ def promote(module):
         params["path"], promoted_on=promoted_on, note=params["note"], check_mode=module.check_mode
     )
     result = promotion.as_dict()
+    tag = params["git_tag"] or stable_tag(promoted_on)
     if promotion.changed and params["git_commit"] and not module.check_mode:
         result["git"] = git_commit_and_tag(
             lambda command: module.run_command(command, check_rc=False),
             path=params["path"],
             message=f"Promote canary_testing to current_production ({promoted_on})\n\n{promotion.message}\n"
             + (f"\n{params['note']}\n" if params["note"] else ""),
-            tag=params["git_tag"] or stable_tag(promoted_on),
+            tag=tag,
             author_name=params["git_author_name"],
             author_email=params["git_author_email"],
         )
+    if params["git_commit"] and params["git_push"] and not module.check_mode:
+        request = PushRequest(
+            remote=params["git_remote"],
+            branch=params["git_push_branch"],
+            push_tag=params["git_push_tag"],
+            token=params["git_token"] or "",
+            username=params["git_username"],
+            ssh_key_file=params["git_ssh_key_file"] or "",
+        )
+        try:
+            result["git_push"] = git_push(
+                lambda command, env: module.run_command(command, check_rc=False, environ_update=env),
+                path=params["path"],
+                tag=tag,
+                request=request,
+            )
+        except GitError as err:
+            # What was promoted and committed locally goes with the failure.
+            err.result = dict(result, **err.result)
+            raise
+        result["changed"] = result["changed"] or result["git_push"]["changed"]
     if module._diff and promotion.changed:
         result["diff"] = {
             "before": before,

@@ -122,8 +122,16 @@ options:
     type: bool
     default: true
   report_dir:
-    description: Directory for the Markdown report C(upgrade-<stage>-<time>.md). Empty for none.
+    description:
+      - Directory for the Markdown report C(upgrade-<stage>-<time>.md), C(upgrade-<cluster_name>-<stage>-<time>.md)
+        with O(cluster_name). Empty for none.
     type: path
+  cluster_name:
+    description:
+      - Name of the cluster (in a fleet inventory, its host name), recorded in the entry (C(cluster_name)), shown in
+        the report and in its file name. Letters, digits, C(.), C(_) and C(-).
+    type: str
+    default: ""
 requirements:
   - kubernetes >= 24.2.0
   - PyYAML
@@ -257,6 +265,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import check_cluster_name
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
@@ -304,6 +313,7 @@ def argument_spec():
         entry={"type": "dict"},
         record_in_cluster={"type": "bool", "default": True},
         report_dir={"type": "path"},
+        cluster_name={"type": "str", "default": ""},
     )
     return spec
 
@@ -315,6 +325,8 @@ def record(module, api):
     entry.setdefault("id", new_entry_id(str(entry.get("stage") or "run"), now))
     entry["recorded_at"] = iso(now)
     entry["cluster"] = api.host
+    if params["cluster_name"]:
+        entry["cluster_name"] = params["cluster_name"]
     started = entry.get("started_at")
     if started:
         entry["duration_seconds"] = round((now - parse_iso(started)).total_seconds(), 1)
@@ -329,7 +341,8 @@ def record(module, api):
     result = {"entry": entry, "report": report, "changed": False}
     if params["report_dir"]:
         result["report_path"] = os.path.join(
-            params["report_dir"], report_file_name(str(entry.get("stage")), entry["recorded_at"])
+            params["report_dir"],
+            report_file_name(str(entry.get("stage")), entry["recorded_at"], cluster=params["cluster_name"]),
         )
     if module.check_mode:
         return result
@@ -348,6 +361,7 @@ def record(module, api):
 def ledger_action(module):
     params = module.params
     action = params["action"]
+    check_cluster_name(params["cluster_name"])
     api = KubeApi.from_params(params)
     if action == "plan":
         request = RunRequest(
