@@ -15,6 +15,7 @@ import pathlib
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -318,12 +319,25 @@ def test_fixed_extra_vars_are_what_the_playbooks_read(configs):
     for template in configs["controller_templates"]:
         playbook = _load(ROOT / template["playbook"])
         hosts = playbook[0]["hosts"]
-        group = template["extra_vars"]["gpufleet_controller_hosts"]
-        assert "gpufleet_controller_hosts" in hosts, f"{template['playbook']} no longer reads gpufleet_controller_hosts"
+        group = template["extra_vars"]["gpufleet_clusters"]
+        assert "gpufleet_clusters" in hosts, f"{template['playbook']} no longer reads gpufleet_clusters"
         assert group in inventory, f"{template['name']}: no group {group} in awx/inventory.yml"
         if "stage" in template["extra_vars"]:
             assert _role_of(template["playbook"]) == "upgrade"
-            assert "stage" in str(playbook[0]["roles"]), "upgrade.yml maps -e stage to upgrade_stage"
+            stage_vars = [v for v in _values_of(playbook[0], "upgrade_stage") if "stage" in str(v)]
+            assert stage_vars, "upgrade.yml maps -e stage to upgrade_stage"
+
+
+def _values_of(tree: Any, key: str) -> Iterator[Any]:
+    """Every value of ``key`` anywhere in a YAML tree."""
+    if isinstance(tree, dict):
+        for name, value in tree.items():
+            if name == key:
+                yield value
+            yield from _values_of(value, key)
+    elif isinstance(tree, list):
+        for item in tree:
+            yield from _values_of(item, key)
 
 
 def test_credentials_give_the_environment_the_collection_reads(configs):
