@@ -12,7 +12,11 @@ semantics (the API reference of LeaseSpec, client-go's leaderelection):
   that another run may take it over (``acquireTime`` restarts and
   ``leaseTransitions`` counts the change of holder);
 - every write is a PUT guarded by ``resourceVersion`` (or a create), so two
-  runs racing for it cannot both win: the loser gets 409 and is refused.
+  runs racing for it cannot both win: the loser gets 409 Conflict.  As
+  client-go's ``tryAcquireOrRenew`` does on its next attempt, a 409 is not a
+  verdict: the Lease is read again and the decision made again on what it now
+  says (still ours, free or expired: write again; held by another run: refused
+  naming the holder and its age), a bounded number of times.
 
 Time is the API server's (``KubeApi.server_time``, the ``Date`` header), not
 the controller's, so runs on controllers with skewed clocks agree on expiry.
@@ -45,6 +49,10 @@ LEASE_ENV = "GPUFLEET_UPGRADE_LEASE"
 # Renew when a third of the duration has passed since the last renewal (client-go renews far more often than its
 # lease lasts too), so two missed chances still leave the lease valid.
 RENEW_FRACTION = 3.0
+# Read-decide-write rounds when the write answers 409 (someone wrote the Lease between our read and our write). A
+# renewal by our own keeper or a release racing a take settles in one more round; a Lease that changes under us
+# every time is refused.
+WRITE_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -300,29 +308,47 @@ class StageLease:
 
     def acquire(self, *, check_mode: bool = False) -> tuple[LeaseDecision, bool]:
         """Take or renew the lease; (decision, changed).  A refusal raises ``LeaseHeldError`` before any write."""
-        now = self._api.server_time()
-        previous = self.read()
-        decision = decide(previous, me=self.settings.holder, now=now)
-        if not decision.allowed:
-            raise LeaseHeldError(
-                f"Refused before any change: {decision.reason}",
-                result={"lease": self._describe(previous), "decision": decision.as_dict()},
-            )
-        if check_mode:
-            return decision, decision.action != "renew"
-        self._write(previous, decision, now)
-        return decision, True
+        return self._settle(now=None, renewing=False, check_mode=check_mode)
 
     def renew(self, now: datetime.datetime) -> None:
         """Renew the lease this run holds; ``LeaseHeldError`` when another run has taken it meanwhile."""
-        previous = self.read()
-        decision = decide(previous, me=self.settings.holder, now=now)
-        if decision.action != "renew":
-            raise LeaseHeldError(
-                f"This run lost the stage Lease {self.settings.namespace}/{self.settings.name} and stops: "
-                f"{decision.reason if decision.holder else 'it was released or deleted'}"
-            )
-        self._write(previous, decision, now)
+        self._settle(now=now, renewing=True, check_mode=False)
+
+    def _settle(
+        self, *, now: Optional[datetime.datetime], renewing: bool, check_mode: bool
+    ) -> tuple[LeaseDecision, bool]:
+        """Read, decide, write; a 409 on the write means the Lease changed since the read: read and decide again."""
+        conflict: Optional[KubeApiError] = None
+        for attempt in range(WRITE_ATTEMPTS):
+            moment = now if now is not None and attempt == 0 else self._api.server_time()
+            previous = self.read()
+            decision = decide(previous, me=self.settings.holder, now=moment)
+            raced = "" if conflict is None else " (it changed between this run's read and its write: 409 Conflict)"
+            if renewing and decision.action != "renew":
+                raise LeaseHeldError(
+                    f"This run lost the stage Lease {self.settings.namespace}/{self.settings.name} and stops{raced}: "
+                    f"{decision.reason if decision.holder else 'it was released or deleted'}",
+                    result={"lease": self._describe(previous), "decision": decision.as_dict()},
+                )
+            if not decision.allowed:
+                raise LeaseHeldError(
+                    f"Refused before any change{raced}: {decision.reason}",
+                    result={"lease": self._describe(previous), "decision": decision.as_dict()},
+                )
+            if check_mode:
+                return decision, decision.action != "renew"
+            try:
+                self._write(previous, decision, moment)
+            except KubeApiError as err:
+                if err.status != 409:
+                    raise
+                conflict = err
+                continue
+            return decision, True
+        raise LeaseHeldError(
+            f"Refused: the stage Lease {self.settings.namespace}/{self.settings.name} changed between every read and "
+            f"write of this run ({WRITE_ATTEMPTS} attempts, 409 Conflict each time; last: {conflict})"
+        )
 
     def release(self, *, check_mode: bool = False) -> bool:
         """Give the lease up if this run holds it (holder emptied, as client-go releases); True when changed."""
@@ -364,19 +390,10 @@ class StageLease:
             previous=previous,
             decision=decision,
         )
-        try:
-            if previous is None:
-                self._api.create(self._ref, body, namespace=self.settings.namespace)
-            else:
-                self._api.replace(self._ref, body)
-        except KubeApiError as err:
-            if err.status == 409:
-                # Another run wrote it between our read and our write: it won the race.
-                raise LeaseHeldError(
-                    f"Refused before any change: another run took the stage Lease "
-                    f"{self.settings.namespace}/{self.settings.name} at the same moment ({err})"
-                ) from err
-            raise
+        if previous is None:
+            self._api.create(self._ref, body, namespace=self.settings.namespace)
+        else:
+            self._api.replace(self._ref, body)
 
     def _describe(self, lease: Optional[LeaseRecord]) -> Dict[str, Any]:
         found: Dict[str, Any] = {"namespace": self.settings.namespace, "name": self.settings.name}

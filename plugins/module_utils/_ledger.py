@@ -172,6 +172,8 @@ class CampaignState:
     canary_node: str = ""
     canary_entry: str = ""
     canary_reason: str = ""
+    # Why the failed canary cannot be undone (OpenShift's control plane moved); empty when it can.
+    canary_forward_only: str = ""
     bake_started_at: str = ""
     baseline: Dict[str, Any] = field(default_factory=dict)
     bake_checks: List[Dict[str, Any]] = field(default_factory=list)
@@ -202,6 +204,7 @@ class CampaignState:
             "canary_node": self.canary_node,
             "canary_entry": self.canary_entry,
             "canary_reason": self.canary_reason,
+            "canary_forward_only": self.canary_forward_only,
             "bake_started_at": self.bake_started_at,
             "bake_checks": list(self.bake_checks),
             "bake_failed": self.bake_failed,
@@ -236,6 +239,7 @@ def fold_campaign(entries: Sequence[Mapping[str, Any]], campaign: str) -> Campai
             state.canary_node = str(entry.get("canary_node") or state.canary_node)
             state.canary_entry = str(entry.get("id"))
             state.canary_reason = str(entry.get("message") or "")
+            state.canary_forward_only = "" if passed else str(entry.get("forward_only") or "")
             state.rolled_back = False
             if passed:
                 state.bake_started_at = str(entry.get("recorded_at") or "")
@@ -336,6 +340,13 @@ def decide(
     if stage == "canary":
         if state.promoted:
             return Decision(NOOP, f"Nothing to do: this change was promoted (ledger entry {state.promote_entry}).")
+        if state.canary_failed and state.canary_forward_only:
+            return Decision(
+                RUN,
+                f"Resuming the canary of this change on {state.canary_node or 'its node'}, which failed (ledger entry "
+                f"{state.canary_entry}): {state.canary_forward_only}",
+                bake=bake,
+            )
         if state.canary_failed:
             return Decision(
                 REFUSE,
@@ -413,6 +424,13 @@ def decide_rollback(
             return Decision(REFUSE, "The matrix has no rollback entry to go back to.")
         what = f"the promotion of {latest.campaign}" if latest is not None and latest.promoted else "production"
         return Decision(RUN, f"Rolling back {what} to the matrix's rollback entry.", rollback_target=ROLLBACK_TO_ENTRY)
+    if latest is not None and latest.canary_failed and latest.canary_forward_only:
+        return Decision(
+            REFUSE,
+            f"The canary of {latest.campaign} on {latest.canary_node or 'its node'} cannot be rolled back: "
+            f"{latest.canary_forward_only} Nothing was changed. Fix what halted it (ledger entry "
+            f"{latest.canary_entry}), then run stage=canary again to go forward.",
+        )
     if latest is not None:
         return Decision(
             RUN,

@@ -102,6 +102,14 @@ def next_step(entry: Mapping[str, Any]) -> str:
     bake = entry.get("bake") or {}
     if outcome == "refused":
         return "Fix what the refusal names, then run the stage again."
+    if outcome == "failed" and stage in ("canary", "promote") and entry.get("forward_only"):
+        # A change that cannot be undone (OpenShift's control plane has moved): the way back to a cluster that
+        # agrees with the matrix is forward, by resuming the stage once its cause is fixed.
+        return (
+            f"{entry['forward_only']} Fix what halted it (the failures above), then run stage={stage} again: it "
+            "resumes where it stopped" + (", then bake and promote as usual" if stage == "canary" else "") + ". "
+            "stage=rollback cannot undo it."
+        )
     if outcome == "failed" and stage in ("canary", "promote") and entry.get("cluster_changed") is False:
         return f"Nothing on the cluster was changed: fix what failed, then run stage={stage} again."
     if outcome == "failed" and entry.get("gates_could_not_run"):

@@ -16,7 +16,9 @@ description:
     for C(leaseDurationSeconds) (a killed run), and keeps it when O(holder) already holds it. While another holder's
     Lease is valid it fails before any change, naming the holder and how long it has held the Lease. Time is the API
     server's (its C(Date) header), not the controller's. Writes are guarded by C(resourceVersion), so of two runs
-    racing for the Lease one wins and the other is refused.
+    racing for the Lease one wins; the other's write answers 409 Conflict, and it reads the Lease again and decides
+    again - refused, naming the winner, when another run took it; written again, up to 4 times, when it is still its
+    own, free or expired.
   - O(state=absent) empties C(holderIdentity) if O(holder) holds the Lease (as client-go releases one), so the next
     run takes it at once; a Lease held by another run is left alone.
   - While a stage runs, roles/upgrade hands the Lease to every module of the collection in the environment variable

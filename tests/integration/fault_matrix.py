@@ -241,7 +241,12 @@ def assert_matrix_agrees(group: Group, baseline: Marks) -> None:
 
 
 def recover(group: Group, stage: str, clear: Callable[[TwinProcess], None], baseline: Marks) -> None:
-    """4. Clear the fault, run the report's Next exactly as printed, until the cluster is back at production."""
+    """4. Clear the fault, run the report's Next exactly as printed, until the cluster is back at production.
+
+    A change the tool cannot undo (its ledger entry says ``forward_only``: OpenShift's control plane has moved and
+    OpenShift has no downgrade) gets back to a cluster that agrees with the matrix by going forward: the resumed
+    canary, its bake on the twin's clock, and the promotion that makes the change current_production."""
+    halted = cluster_ledger(group.twin)[-1]
     clear(group.twin)
     found = printed_next(group.workspace, stage)
     next_stage = found.pop("stage")
@@ -252,7 +257,11 @@ def recover(group: Group, stage: str, clear: Callable[[TwinProcess], None], base
         raise NextFailed(f"the printed Next (stage={next_stage}) failed with the fault cleared:\n{run.output[-3000:]}")
     assert_outcome(group, next_stage, run, None)
     assert_marks_explained(group.twin, before)
-    if next_stage == "canary":  # nothing had changed: the change itself goes on, then back to production
+    if next_stage == "canary" and halted.get("forward_only"):
+        group.twin.advance(49 * 3600)  # the bake window, on the twin's clock
+        run = group.run("promote")
+        assert_outcome(group, "promote", run, None)
+    elif next_stage == "canary":  # nothing had changed: the change itself goes on, then back to production
         run = group.run("rollback")
         assert_outcome(group, "rollback", run, None)
     assert_matrix_agrees(group, baseline)

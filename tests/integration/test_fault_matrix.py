@@ -271,14 +271,6 @@ KNOWN_BUGS: dict[str, dict[str, Any]] = {
         ),
         "raises": NextFailed,
     },
-    "node-never-ready": {
-        "reason": (
-            "issue 16 ('every Next a report prints works from that state') for OpenShift: a canary halted on a node "
-            "that never returns prints Next stage=rollback, which (the fault cleared) fails 'OpenShift does not "
-            "support downgrading a cluster' although the canary pool never finished its update"
-        ),
-        "raises": NextFailed,
-    },
 }
 
 

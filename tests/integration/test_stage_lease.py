@@ -110,7 +110,10 @@ def wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def start_playbook(twin: TwinProcess, playbook: str, extra_vars: dict[str, Any]) -> subprocess.Popen:
+def start_playbook(
+    twin: TwinProcess, playbook: str, extra_vars: dict[str, Any], output: pathlib.Path | None = None
+) -> subprocess.Popen:
+    """ansible-playbook in the background; its output goes to ``output`` when given."""
     env = twin.env()
     env.update(
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -121,9 +124,14 @@ def start_playbook(twin: TwinProcess, playbook: str, extra_vars: dict[str, Any])
     command = [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(ROOT / playbook)]
     command += ["-e", json.dumps(extra_vars)]
     # Its own session, so the test can clean up whatever is left whatever happens.
-    return subprocess.Popen(
-        command, env=env, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    sink = output.open("wb") if output is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            command, env=env, cwd=ROOT, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT
+        )
+    finally:
+        if output is not None:
+            sink.close()
 
 
 @contextlib.contextmanager
@@ -283,3 +291,69 @@ def test_the_lease_is_released_after_a_failed_stage(twin_at, workspace):
     assert "Another run holds the Lease: bob@elsewhere, run 1, for " in check.output, check.output[-3000:]
     assert writes(twin) == {}
     assert lease(twin)["holderIdentity"] == "bob@elsewhere, run 1"
+
+
+# -- 409 Conflict on the Lease's own write -------------------------------------------------------------------
+LEASE_PLAYBOOK = "tests/integration/playbooks/stage_lease.yml"
+ALICE = "alice@controller, run 1"
+
+
+def take_lease(twin: TwinProcess, **extra: Any) -> Any:
+    return run_playbook(LEASE_PLAYBOOK, twin=twin, extra_vars={"lease_holder": ALICE, **extra})
+
+
+def test_a_409_on_the_lease_write_is_read_again_and_retried_while_the_lease_is_ours_or_free(fresh_twin):
+    twin = fresh_twin
+    assert take_lease(twin).returncode == 0
+    first = lease(twin)
+    twin.advance(30)
+    # Every PUT of the Lease answers 409 twice (as when another writer raced this run): renewing goes on.
+    twin.admin("POST", "faults", {"type": "conflict", "verb": "update", "resource": "leases.coordination.k8s.io",
+                                  "count": 2})  # fmt: skip
+    renewed = take_lease(twin)
+    assert renewed.returncode == 0, renewed.output[-3000:]
+    assert '"action": "renew"' in renewed.output
+    after = lease(twin)
+    assert after["holderIdentity"] == ALICE and after["renewTime"] > first["renewTime"]
+    assert after["acquireTime"] == first["acquireTime"], "a renewal keeps the acquire time"
+    assert [f["hits"] for f in twin.admin("GET", "faults")["faults"]] == [2], "both conflicts were met"
+
+    # Released, then taken again through another 409: the free Lease is read again and taken.
+    assert take_lease(twin, lease_state="absent").returncode == 0
+    twin.admin("POST", "faults", {"type": "conflict", "verb": "update", "resource": "leases.coordination.k8s.io",
+                                  "count": 1})  # fmt: skip
+    retaken = take_lease(twin, lease_holder="carol@controller, run 3")
+    assert retaken.returncode == 0, retaken.output[-3000:]
+    assert lease(twin)["holderIdentity"] == "carol@controller, run 3"
+
+
+def test_a_409_because_another_run_took_the_lease_meanwhile_is_refused_naming_it(fresh_twin, tmp_path):
+    twin = fresh_twin
+    assert take_lease(twin).returncode == 0
+    # The renewal's PUT is held at the server (slow) while bob takes the Lease: the PUT then carries a stale
+    # resourceVersion and the API server answers 409 Conflict, as in a real race.
+    twin.admin("POST", "faults", {"type": "slow", "delay": 20, "verb": "update",
+                                  "resource": "leases.coordination.k8s.io", "count": 1})  # fmt: skip
+    log = tmp_path / "race.log"
+    process = start_playbook(twin, LEASE_PLAYBOOK, {"lease_holder": ALICE}, output=log)
+    with killed_controller(process):
+        wait_for(
+            lambda: [f for f in twin.admin("GET", "faults")["faults"] if f["hits"] >= 1],
+            timeout=120,
+            what="the renewal's PUT to reach the server",
+        )
+        now = twin.admin("GET", "clock")["now"]
+        # A day long: the held PUT waits 20 real seconds, hours of the twin's clock.
+        bob = {"holderIdentity": "bob@elsewhere, run 2", "leaseDurationSeconds": DAY, "acquireTime": now,
+               "renewTime": now}  # fmt: skip
+        kubectl(twin, "patch", "lease", "-n", NAMESPACE, LEASE, "--type=merge", "-p", json.dumps({"spec": bob}))
+        assert process.wait(timeout=120) != 0, "the run that lost the race is refused"
+    raced = log.read_text()
+    assert "409 Conflict): Another run holds the Lease: bob@elsewhere, run 2, for " in raced, raced[-3000:]
+    twin.admin("POST", "report/reset")
+    # The same refusal, now read before any write; and bob's Lease is left as bob wrote it.
+    refused = take_lease(twin)
+    assert refused.returncode != 0
+    assert "Another run holds the Lease: bob@elsewhere, run 2, for " in refused.output, refused.output[-3000:]
+    assert writes(twin) == {}
+    assert lease(twin)["holderIdentity"] == "bob@elsewhere, run 2"

@@ -4,7 +4,11 @@ import datetime
 
 import pytest
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, LeaseHeldError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
+    InvalidInputError,
+    KubeApiError,
+    LeaseHeldError,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import (
     LeaseKeeper,
     LeaseSettings,
@@ -184,3 +188,75 @@ def test_a_refused_acquire_and_check_mode_write_nothing():
     decision, changed = lease.acquire(check_mode=True)
     assert decision.action == "take" and changed and api.writes == 0
     assert lease.release() is False, "a Lease held by another run is left alone"
+
+
+class RacingApi(FakeApi):
+    """Answers 409 Conflict to the next ``conflicts`` writes, after applying ``meanwhile`` (another run's write)."""
+
+    def __init__(self, stored=None, *, conflicts=1, meanwhile=None):
+        super().__init__(stored)
+        self.conflicts = conflicts
+        self.meanwhile = meanwhile
+        self.refused = 0
+
+    def _race(self):
+        if self.conflicts <= 0:
+            return
+        self.conflicts -= 1
+        self.refused += 1
+        if self.meanwhile is not None:
+            self.meanwhile(self)
+        raise KubeApiError("PUT leases/l: Conflict", status=409, reason="Conflict")
+
+    def create(self, ref, body, *, namespace=None):
+        self._race()
+        return super().create(ref, body, namespace=namespace)
+
+    def replace(self, ref, body):
+        self._race()
+        return super().replace(ref, body)
+
+
+def held_by(holder, *, renewed=T0):
+    return {"metadata": {"resourceVersion": "7"}, "spec": {"holderIdentity": holder, "leaseDurationSeconds": 300,
+                                                           "acquireTime": format_micro_time(T0),
+                                                           "renewTime": format_micro_time(renewed)}}  # fmt: skip
+
+
+@pytest.mark.parametrize("holder", [ME, ""], ids=["ours", "free"])
+def test_a_conflict_on_the_write_is_read_again_and_retried_while_the_lease_is_ours_or_free(holder):
+    api = RacingApi(held_by(holder), conflicts=2)
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    decision, changed = lease.acquire()
+    assert decision.action == ("renew" if holder else "take")
+    assert changed and api.refused == 2 and api.writes == 1
+    assert api.stored["spec"]["holderIdentity"] == ME
+    api.conflicts, api.now = 1, at(120)
+    lease.renew(at(120))
+    assert api.refused == 3 and api.writes == 2
+    assert api.stored["spec"]["renewTime"] == format_micro_time(at(120))
+
+
+def test_a_conflict_because_another_run_took_the_lease_is_refused_naming_it_and_its_age():
+    def bob_takes_it(api):
+        api.stored = held_by(OTHER, renewed=at(10))
+        api.stored["spec"]["acquireTime"] = format_micro_time(at(10))
+
+    api = RacingApi(held_by(ME), conflicts=1, meanwhile=bob_takes_it)
+    api.now = at(40)
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    with pytest.raises(LeaseHeldError, match=rf"409 Conflict\): Another run holds the Lease: {OTHER}, for 30s"):
+        lease.acquire()
+    assert api.writes == 0 and api.stored["spec"]["holderIdentity"] == OTHER
+    api.conflicts = 1
+    api.stored = held_by(ME)
+    with pytest.raises(LeaseHeldError, match=rf"lost the stage Lease ns/l and stops .*{OTHER}, for 30s"):
+        lease.renew(at(40))
+
+
+def test_a_lease_that_changes_under_every_write_is_refused_after_bounded_attempts():
+    api = RacingApi(held_by(ME), conflicts=100)
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    with pytest.raises(LeaseHeldError, match=r"changed between every read and write of this run \(4 attempts"):
+        lease.acquire()
+    assert api.refused == 4 and api.writes == 0

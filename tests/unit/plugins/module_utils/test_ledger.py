@@ -318,3 +318,23 @@ def test_change_ids_and_planner_steps() -> None:
     assert describe_steps(plan) == (
         "1. GPU Operator: gpu_operator v24.9.0 -> v25.3.0 2. Network Operator: mofed a -> b [violates known_versions]"
     )
+
+
+FORWARD = (
+    "The control plane runs OpenShift 4.16.21 and OpenShift cannot be downgraded: this change can only go forward."
+)
+
+
+def test_a_canary_that_cannot_be_undone_is_resumed_not_rolled_back() -> None:
+    failed = [entry("canary", "failed", 0, forward_only=FORWARD)]
+    state = fold_campaign(failed, CHANGE)
+    assert state.canary_failed and state.open and state.canary_forward_only == FORWARD
+    resume = decide("canary", state=state, changes_groups=1, now=T0)
+    assert resume.action == RUN and FORWARD in resume.reason and "Resuming the canary" in resume.reason
+    refused = decide_rollback(open_states=[state], rollback_to="auto", has_rollback_stage=True)
+    assert refused.action == REFUSE and "cannot be rolled back" in refused.reason and "stage=canary" in refused.reason
+    # Resumed and passed: an ordinary passed canary (bake, then promote).
+    state = fold_campaign([*failed, entry("canary", "success", 2)], CHANGE)
+    assert state.canary_passed and not state.canary_forward_only
+    # A canary that can be undone is still refused a re-run before its rollback.
+    assert decide("canary", state=state_after(entry("canary", "failed", 0)), changes_groups=1, now=T0).action == REFUSE

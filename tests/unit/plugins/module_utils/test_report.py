@@ -212,3 +212,14 @@ def test_next_step_after_a_run_that_changed_nothing_or_could_not_judge() -> None
     assert "not a verdict on the node" in next_step(rollback) and "take it out of service" not in next_step(rollback)
     bake = {"stage": "bake", "outcome": "failed", "gates_could_not_run": True}
     assert next_step(bake).endswith("Run stage=bake again once the API answers.")
+
+
+def test_next_of_a_change_that_cannot_be_undone_goes_forward() -> None:
+    why = (
+        "The control plane runs OpenShift 4.16.21 and OpenShift cannot be downgraded: this change can only go forward."
+    )
+    canary = next_step({"stage": "canary", "outcome": "failed", "cluster_changed": True, "forward_only": why})
+    assert canary.startswith(why) and "run stage=canary again" in canary
+    assert canary.index("stage=canary") < canary.index("stage=rollback"), "the command to run comes first"
+    promote = next_step({"stage": "promote", "outcome": "failed", "cluster_changed": True, "forward_only": why})
+    assert "run stage=promote again" in promote and "bake" not in promote
