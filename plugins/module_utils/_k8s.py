@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     ResourceRef,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import LeaseKeeper, LeaseSettings, StageLease
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import forbidden_detail
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import THIS_CONTROLLER
 
 try:
@@ -676,6 +677,10 @@ def _api_error(method: str, path: str, status: int, payload: Any, *, attempts: i
         message = payload.decode("utf-8", "replace")[:500] if isinstance(payload, bytes) else str(payload)[:500]
     text = message or reason or "no message"
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    if status == 403:
+        # Say which rule is missing and which shipped ClusterRole carries it, as the permission preflight does.
+        detail = forbidden_detail(method, path)
+        text = f"{text} ({detail})" if detail else text
     return KubeApiError(
         f"{method} {path} answered {status}: {text}{tries}",
         status=status,
