@@ -133,6 +133,19 @@ def test_kubectl_create_token_authenticates_as_the_service_account(twin: TwinPro
     whoami = json.loads(kubectl(twin, "auth", "whoami", "-o", "json", token=token).stdout)
     assert whoami["status"]["userInfo"]["username"] == "system:serviceaccount:sa-token:default"
     assert "system:serviceaccounts:sa-token" in whoami["status"]["userInfo"]["groups"]
+    # What the account may do is RBAC's: nothing in the namespace until a binding grants it.
+    unbound = kubectl(twin, "get", "pods", "-n", "sa-token", token=token, check=False)
+    assert unbound.returncode != 0 and "Forbidden" in unbound.stderr
+    kubectl(
+        twin,
+        "create",
+        "rolebinding",
+        "view",
+        "--clusterrole=view",
+        "--group=system:serviceaccounts:sa-token",
+        "-n",
+        "sa-token",
+    )
     assert kubectl(twin, "get", "pods", "-n", "sa-token", token=token).returncode == 0
     refused = kubectl(twin, "get", "pods", "-n", "sa-token", token=token[:-4] + "AAAA", check=False)
     assert refused.returncode != 0 and "Unauthorized" in refused.stderr
@@ -156,7 +169,8 @@ def test_kubectl_create_token_authenticates_as_the_service_account(twin: TwinPro
     robot = kubectl(twin, "create", "token", "robot", "-n", "sa-token").stdout.strip()
     assert kubectl(twin, "get", "pods", "-n", "sa-token", token=robot).returncode == 0
     kubectl(twin, "delete", "serviceaccount", "robot", "-n", "sa-token")
-    assert kubectl(twin, "get", "pods", "-n", "sa-token", token=robot, check=False).returncode != 0
+    gone = kubectl(twin, "get", "pods", "-n", "sa-token", token=robot, check=False)
+    assert gone.returncode != 0 and "Unauthorized" in gone.stderr
 
 
 def twin_request(twin: TwinProcess, path: str, body: Any, *, expect: int = 201) -> Any:

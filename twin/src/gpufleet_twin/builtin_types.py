@@ -115,6 +115,15 @@ _CSV_SCHEMA: Obj = {
     },
 }
 
+_ROLE_COLUMNS = (_col("Created At", "date", description=_AGE.description),)
+_BINDING_COLUMNS = (
+    _col("Role", description="Role of the binding."),
+    _AGE,
+    _col("Users", priority=1, description="Users in the binding."),
+    _col("Groups", priority=1, description="Groups in the binding."),
+    _col("ServiceAccounts", priority=1, description="ServiceAccounts in the binding."),
+)
+
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _rt(
         "",
@@ -402,7 +411,19 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         subresources=_STATUS,
         columns=(_col("Created At", "date", description="The time the CustomResourceDefinition was created."),),
     ),
-    # Reviews are answered, never stored: the twin's token is a cluster administrator's.
+    # rbac.authorization.k8s.io/v1: what the twin's authorizer (rbac.py) reads; the columns of printRole,
+    # printRoleBinding and their cluster twins (pkg/printers/internalversion).
+    _rt("rbac.authorization.k8s.io", "Role", "roles", namespaced=True, columns=_ROLE_COLUMNS),
+    _rt("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", namespaced=False, columns=_ROLE_COLUMNS),
+    _rt("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", namespaced=True, columns=_BINDING_COLUMNS),
+    _rt(
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        namespaced=False,
+        columns=_BINDING_COLUMNS,
+    ),
+    # Reviews are answered from the RBAC objects (rbac.py), never stored.
     _rt(
         "authorization.k8s.io",
         "SelfSubjectAccessReview",
@@ -906,6 +927,34 @@ def _resourceslice_cells(obj: Obj, now: float) -> list[Any]:
     ]
 
 
+def _role_cells(obj: Obj, now: float) -> list[Any]:
+    # printRole prints the creation time itself (RFC 3339, UTC), not an age.
+    return [_meta(obj).get("creationTimestamp", "")]
+
+
+def _binding_cells(obj: Obj, now: float) -> list[Any]:
+    role_ref = obj.get("roleRef") or {}
+    users: list[str] = []
+    groups: list[str] = []
+    accounts: list[str] = []
+    for subject in obj.get("subjects") or ():
+        kind, name = subject.get("kind"), subject.get("name", "")
+        if kind == "User":
+            users.append(name)
+        elif kind == "Group":
+            groups.append(name)
+        elif kind == "ServiceAccount":
+            namespace = subject.get("namespace")
+            accounts.append(f"{namespace}/{name}" if namespace else name)
+    return [
+        f"{role_ref.get('kind', '')}/{role_ref.get('name', '')}",
+        age(_meta(obj).get("creationTimestamp"), now),
+        ", ".join(users),
+        ", ".join(groups),
+        ", ".join(accounts),
+    ]
+
+
 def _crd_cells(obj: Obj, now: float) -> list[Any]:
     # The default table convertor prints the creation time itself, not an age.
     return [_meta(obj).get("creationTimestamp", "")]
@@ -936,6 +985,10 @@ BUILTIN_CELLS: Mapping[tuple[str, str], CellsFunction] = MappingProxyType(
         ("resource.k8s.io", "resourceclaimtemplates"): _age_cells,
         ("resource.k8s.io", "resourceslices"): _resourceslice_cells,
         ("apiextensions.k8s.io", "customresourcedefinitions"): _crd_cells,
+        ("rbac.authorization.k8s.io", "roles"): _role_cells,
+        ("rbac.authorization.k8s.io", "clusterroles"): _role_cells,
+        ("rbac.authorization.k8s.io", "rolebindings"): _binding_cells,
+        ("rbac.authorization.k8s.io", "clusterrolebindings"): _binding_cells,
     }
 )
 

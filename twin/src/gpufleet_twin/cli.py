@@ -30,6 +30,7 @@ from . import tls
 from .cluster import Twin
 from .redfish import service as bmc_service
 from .server import ApiServer, create_twin, install_crds, load_crd_manifests, own_crds_directory
+from .serviceaccount_tokens import StaticTokens
 from .sim.build import install_garbage_collector
 from .sim.build import populate as populate_simulation
 
@@ -71,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         dest="distributed_training",
         help="also seed the StatefulSet ml-training/dist-train and its PDB (the scenario key distributed_training)",
     )
+    serve.add_argument(
+        "--token-auth-file",
+        type=Path,
+        dest="token_auth_file",
+        help="users' bearer tokens, one 'token,user,uid,\"group1,group2\"' CSV line each (kube-apiserver's format)",
+    )
     serve.add_argument("--log-level", default="INFO", dest="log_level")
     return parser
 
@@ -88,6 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     if options.crds is not None and not options.crds.is_dir():
         print(f"--crds {options.crds}: not a folder", file=sys.stderr)
         return 2
+    options.user_tokens = StaticTokens()
+    if options.token_auth_file is not None:
+        try:
+            options.user_tokens.load_csv(options.token_auth_file.read_text(), source=str(options.token_auth_file))
+        except (OSError, ValueError) as problem:
+            print(f"--token-auth-file: {problem}", file=sys.stderr)
+            return 2
     return asyncio.run(serve(options))
 
 
@@ -95,6 +109,7 @@ async def serve(options: argparse.Namespace) -> int:
     state_dir: Path = options.state_dir or Path(tempfile.mkdtemp(prefix="gpufleet-twin-"))
     state_dir.mkdir(parents=True, exist_ok=True)
     twin = create_twin(time_scale=options.time_scale)
+    twin.user_tokens = options.user_tokens
     install_crds(twin, load_crd_manifests(own_crds_directory()))
     if options.crds is not None:
         names = install_crds(twin, load_crd_manifests(options.crds))

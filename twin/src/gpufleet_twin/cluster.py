@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from .clock import SimClock
 from .registry import Registry
+from .serviceaccount_tokens import StaticTokens
 from .store import Store
 
 
@@ -78,6 +79,8 @@ class Twin:
     ca_cert_pem: bytes = b""
     # Issues and checks ServiceAccount tokens (TokenRequest); ``serviceaccount_tokens.TokenIssuer``.
     service_account_tokens: Any = None
+    # Users' bearer tokens (``serve --token-auth-file``, ``POST /admin/tokens``).
+    user_tokens: StaticTokens = field(default_factory=StaticTokens)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def start_controllers(self) -> None:

@@ -138,6 +138,7 @@ _GROUP_PACKAGES: Mapping[str, str] = MappingProxyType(
         "coordination.k8s.io": "io.k8s.api.coordination",
         "resource.k8s.io": "io.k8s.api.resource",
         "apiextensions.k8s.io": "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions",
+        "rbac.authorization.k8s.io": "io.k8s.api.rbac",
     }
 )
 _PREFIX_PACKAGES: Mapping[str, str] = MappingProxyType(
@@ -261,6 +262,7 @@ _BUILTIN_GROUP_ORDER = (
     "autoscaling",
     "batch",
     "policy",
+    "rbac.authorization.k8s.io",
     "apiextensions.k8s.io",
     "coordination.k8s.io",
     "resource.k8s.io",

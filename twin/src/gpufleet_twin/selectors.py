@@ -616,7 +616,7 @@ def selectable_fields(kind: str) -> tuple[str, ...]:
     return (*labels.fields, *labels.aliases)
 
 
-def _split_terms(text: str) -> list[str]:
+def split_field_terms(text: str) -> list[str]:
     # Commas escaped with a backslash are data, not separators.
     terms: list[str] = []
     start = 0
@@ -633,7 +633,7 @@ def _split_terms(text: str) -> list[str]:
     return terms
 
 
-def _split_term(term: str) -> tuple[str, str, str] | None:
+def split_field_term(term: str) -> tuple[str, str, str] | None:
     # The first operator occurrence splits; "!=" and "==" win over "=" at the same place.
     for index in range(len(term)):
         for operator in ("!=", "==", "="):
@@ -684,10 +684,10 @@ def parse_field_selector(text: str, kind: str) -> Callable[[dict[str, Any]], boo
     """
     labels = _FIELD_LABELS_BY_KIND.get(kind, _DEFAULT_FIELD_LABELS)
     terms: list[_FieldTerm] = []
-    for part in sorted(_split_terms(text or "")):
+    for part in sorted(split_field_terms(text or "")):
         if not part:
             continue
-        split = _split_term(part)
+        split = split_field_term(part)
         if split is None:
             raise errors.bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
         field, operator, raw_value = split

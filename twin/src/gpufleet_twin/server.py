@@ -15,8 +15,10 @@ Serves ``Twin.store`` the way a real API server serves etcd, so kubectl, the
   ``orphan`` finalizers from the propagation options (``sim/garbagecollector``
   does the rest), namespace deletion of its content, CRDs registering their
   kinds live; zero values of ``omitempty`` fields dropped (``omitempty.py``);
-- bearer-token authentication (401 Status otherwise), and the Twin's request
-  hooks around every API request.
+- bearer-token authentication (401 Status otherwise), RBAC authorization of
+  every request (``rbac.py``: 403 Status as kube-apiserver words it;
+  SelfSubjectAccessReview/SelfSubjectRulesReview answered from the same rules),
+  and the Twin's request hooks around every API request.
 
 Extension points for the simulation: ``Twin.routes`` (extra aiohttp routes,
 e.g. under ``/admin/``), ``Twin.before_request``/``after_request`` hooks,
@@ -36,17 +38,17 @@ import hmac
 import json
 import logging
 import re
+import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import yaml
 from aiohttp import web
 
-from . import builtin_types, crd_schema, errors, omitempty, openapi, patching, selectors, serviceaccount_tokens
+from . import builtin_types, crd_schema, errors, omitempty, openapi, patching, rbac, selectors, serviceaccount_tokens
 from .clock import SimClock
 from .cluster import RequestInfo, Twin
 from .disruption import compute_budget, is_pod_ready, pdb_status
@@ -80,28 +82,24 @@ _DNS1123_SUBDOMAIN_MESSAGE = (
     "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
     "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
 )
-# Kinds whose names need only be valid path segments, not DNS subdomains.
-_NAMES_AS_PATH_SEGMENTS = frozenset({("", "events"), ("events.k8s.io", "events")})
+# Kinds whose names need only be valid path segments, not DNS subdomains (RBAC's ValidateRBACName too:
+# "system:discovery").
+_NAMES_AS_PATH_SEGMENTS = frozenset(
+    {
+        ("", "events"),
+        ("events.k8s.io", "events"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "clusterroles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings"),
+    }
+)
 _CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 # Who a request authenticated as (the admin token, or a ServiceAccount token).
 _USER = web.RequestKey("user", serviceaccount_tokens.UserInfo)
-# The status of the review kinds: the twin's single token is allowed everything, like system:masters.
-_REVIEW_ANSWERS: Mapping[tuple[str, str], Obj] = MappingProxyType(
-    {
-        ("authorization.k8s.io", "selfsubjectaccessreviews"): {
-            "allowed": True,
-            "reason": "the twin's token belongs to a cluster administrator",
-        },
-        ("authorization.k8s.io", "selfsubjectrulesreviews"): {
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": False,
-        },
-        ("authentication.k8s.io", "selfsubjectreviews"): {
-            "userInfo": {"username": "gpufleet-twin-admin", "groups": ["system:masters", "system:authenticated"]}
-        },
-    }
-)
+_SELF_SUBJECT_REVIEW = ("authentication.k8s.io", "selfsubjectreviews")
+_ACCESS_REVIEW = ("authorization.k8s.io", "selfsubjectaccessreviews")
+_RULES_REVIEW = ("authorization.k8s.io", "selfsubjectrulesreviews")
 
 
 # -- building a twin --------------------------------------------------------------------------------
@@ -139,6 +137,9 @@ def install_api_machinery(twin: Twin) -> None:
     twin.service_account_tokens = serviceaccount_tokens.TokenIssuer(
         store=store, registry=twin.registry, clock=twin.clock
     )
+    # RBAC: the bootstrap roles every cluster starts with, and aggregated ClusterRoles kept up to date.
+    rbac.install_bootstrap_policy(store, twin.registry)
+    store.add_listener(rbac.ClusterRoleAggregator(store, twin.registry))
 
 
 def load_crd_manifests(directory: Path) -> list[Obj]:
@@ -1026,11 +1027,13 @@ class ApiServer:
         self.server_address = "127.0.0.1:443"
         self._watchers: set[Any] = set()
         self._stopping = asyncio.Event()
+        self.policy = rbac.StorePolicy(twin.store, twin.registry)
 
     # -- application ---------------------------------------------------------------------------
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._authenticate], client_max_size=64 * 1024 * 1024)
         app.router.add_get("/admin/healthz", self._admin_healthz)
+        app.router.add_post("/admin/tokens", self._admin_tokens)
         for method, path, handler in self.twin.routes:
             app.router.add_route(method, path, handler)
         app.router.add_route("*", "/{tail:.*}", self._serve)
@@ -1055,23 +1058,78 @@ class ApiServer:
     ) -> web.StreamResponse:
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer":
-            return _status_response(errors.unauthorized())
-        if hmac.compare_digest(token.strip().encode(), self.twin.token.encode()):
-            request[_USER] = serviceaccount_tokens.ADMIN
-            return await handler(request)
-        # A ServiceAccount token the twin issued (TokenRequest) authenticates as that account; what
-        # it may do is not checked (no RBAC in the twin: every authenticated request is allowed).
-        issuer = self.twin.service_account_tokens
-        user = issuer.authenticate(token.strip()) if issuer is not None else None
+        user = self._user_of(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
             return _status_response(errors.unauthorized())
         request[_USER] = user
+        if request.match_info.route.resource is not None and request.match_info.get("tail") is None:
+            # The twin's own routes (/admin/...) are non-resource paths: only who may use them does
+            # (system:masters, or a rule naming the path). API requests are authorized in _serve.
+            attributes = rbac.request_attributes(
+                user=user, method=request.method, path=request.path, query=rbac.query_of(request.query_string)
+            )
+            decision = rbac.authorize(attributes, self.policy)
+            if not decision.allowed:
+                return _status_response(rbac.forbidden(attributes, decision.reason))
         return await handler(request)
+
+    def _user_of(self, token: str) -> serviceaccount_tokens.UserInfo | None:
+        """Who a bearer token stands for: the admin, a static user token, or a ServiceAccount token the twin issued."""
+        if hmac.compare_digest(token.encode(), self.twin.token.encode()):
+            return serviceaccount_tokens.ADMIN
+        user = self.twin.user_tokens.authenticate(token)
+        if user is not None:
+            return user
+        issuer = self.twin.service_account_tokens
+        return issuer.authenticate(token) if issuer is not None else None
 
     async def _admin_healthz(self, request: web.Request) -> web.Response:
         return web.json_response(
             {"status": "ok", "resourceVersion": str(self.twin.store.resource_version), "time": self.twin.clock.iso()}
+        )
+
+    async def _admin_tokens(self, request: web.Request) -> web.Response:
+        """``POST /admin/tokens``: a bearer token for a user or a ServiceAccount (only system:masters may ask).
+
+        ``{"user": "alice", "groups": ["team"], "uid": "..."}`` makes a static user token (as a line of
+        kube-apiserver's ``--token-auth-file``); ``{"serviceAccount": "<namespace>/<name>",
+        "expirationSeconds": 3600}`` issues a TokenRequest token for an existing ServiceAccount.
+        """
+        try:
+            body = json.loads(await request.text() or "{}")
+        except json.JSONDecodeError as problem:
+            return _status_response(errors.bad_request(f"the request body is not valid JSON: {problem}"))
+        if not isinstance(body, dict) or ("user" in body) == ("serviceAccount" in body):
+            return _status_response(
+                errors.bad_request('expected {"user": NAME, "groups": [...]} or {"serviceAccount": "NAMESPACE/NAME"}')
+            )
+        if "user" in body:
+            groups = body.get("groups") or []
+            if not isinstance(body["user"], str) or not isinstance(groups, list):
+                return _status_response(errors.bad_request('"user" must be a string and "groups" a list of strings'))
+            token = secrets.token_urlsafe(32)
+            try:
+                user = self.twin.user_tokens.add(
+                    token, username=body["user"], uid=str(body.get("uid") or ""), groups=[str(g) for g in groups]
+                )
+            except ValueError as problem:
+                return _status_response(errors.bad_request(str(problem)))
+            return _json_response({"token": token, "user": user.to_json()}, status=201)
+        namespace, _, name = str(body["serviceAccount"]).partition("/")
+        issuer = self.twin.service_account_tokens
+        if not namespace or not name or issuer is None:
+            return _status_response(errors.bad_request('"serviceAccount" must be "NAMESPACE/NAME"'))
+        spec = {"expirationSeconds": body["expirationSeconds"]} if "expirationSeconds" in body else {}
+        try:
+            answer = issuer.token_request(namespace=namespace, name=name, body={"spec": spec})
+        except ApiError as problem:
+            return _status_response(problem)
+        token = answer["status"]["token"]
+        user = issuer.authenticate(token)
+        assert user is not None
+        return _json_response(
+            {"token": token, "expirationTimestamp": answer["status"]["expirationTimestamp"], "user": user.to_json()},
+            status=201,
         )
 
     # -- dispatch --------------------------------------------------------------------------------
@@ -1079,6 +1137,7 @@ class ApiServer:
         info, parts = request_info_for(request.method, request.path, request.query)
         status = 500
         try:
+            self._authorize(request)
             for hook in self.twin.before_request:
                 await hook(info)
             if parts is None:
@@ -1105,6 +1164,15 @@ class ApiServer:
                 except Exception:
                     # A broken recorder must not break the API.
                     log.exception("after_request hook failed")
+
+    def _authorize(self, request: web.Request) -> None:
+        """Refuse (403) what the authenticated user may not do, as kube-apiserver's RBAC authorizer would."""
+        attributes = rbac.request_attributes(
+            user=request[_USER], method=request.method, path=request.path, query=rbac.query_of(request.query_string)
+        )
+        decision = rbac.authorize(attributes, self.policy)
+        if not decision.allowed:
+            raise rbac.forbidden(attributes, decision.reason)
 
     def _resolve(self, parts: list[str]) -> ResourceRequest:
         group, version, namespace, resource, name, subresource, watch = parts
@@ -1630,10 +1698,14 @@ class ApiServer:
         if rtype.namespaced and not target.namespace:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         body = self._check_body_kind(rtype, await self._read_body(request))
-        review = _REVIEW_ANSWERS.get(rtype.key)
-        user = request.get(_USER)
-        if rtype.key == ("authentication.k8s.io", "selfsubjectreviews") and user is not None:
+        user = request[_USER]
+        review: Obj | None = None
+        if rtype.key == _SELF_SUBJECT_REVIEW:
             review = {"userInfo": user.to_json()}
+        elif rtype.key == _ACCESS_REVIEW:
+            review = rbac.access_review_status(body.get("spec") or {}, user, self.policy)
+        elif rtype.key == _RULES_REVIEW:
+            review = rbac.rules_review_status(body.get("spec") or {}, user, self.policy)
         if review is not None:
             answered = {**body, "apiVersion": rtype.api_version, "kind": rtype.kind, "status": review}
             answered.setdefault("metadata", {})

@@ -20,11 +20,14 @@ to (a Pod or Secret) still exists.
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import hmac
+import io
 import json
 import secrets
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +64,51 @@ class UserInfo:
 
 
 ADMIN = UserInfo(username="gpufleet-twin-admin", groups=("system:masters", "system:authenticated"))
+AUTHENTICATED = "system:authenticated"
+
+
+class StaticTokens:
+    """Bearer tokens of users, as kube-apiserver's ``--token-auth-file`` declares them.
+
+    Each line of such a file is ``token,user,uid[,"group1,group2"]`` (CSV; blank lines and lines
+    starting with ``#`` are skipped).  Every authenticated user is also in ``system:authenticated``,
+    which kube-apiserver adds to whatever the authenticator found.
+    """
+
+    def __init__(self) -> None:
+        self._users: dict[str, UserInfo] = {}
+
+    def add(self, token: str, *, username: str, uid: str = "", groups: Sequence[str] = ()) -> UserInfo:
+        if not token or not username:
+            raise ValueError("a static token needs a token and a user name")
+        if username.startswith("system:serviceaccount:"):
+            raise ValueError(f"user {username!r}: ServiceAccount tokens come from TokenRequest, not static tokens")
+        unique = tuple(dict.fromkeys([*groups, AUTHENTICATED]))
+        user = UserInfo(username=username, uid=uid, groups=unique)
+        self._users[token] = user
+        return user
+
+    def load_csv(self, text: str, *, source: str) -> int:
+        """Add every token of a token file's text; a bad line raises ValueError naming ``source`` and the line."""
+        count = 0
+        for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+            if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+                continue
+            if len(row) < 3:
+                raise ValueError(f"{source}:{number}: a line needs at least token,user,uid (got {len(row)} fields)")
+            groups = [group.strip() for group in row[3].split(",") if group.strip()] if len(row) > 3 else []
+            try:
+                self.add(row[0].strip(), username=row[1].strip(), uid=row[2].strip(), groups=groups)
+            except ValueError as problem:
+                raise ValueError(f"{source}:{number}: {problem}") from None
+            count += 1
+        return count
+
+    def authenticate(self, token: str) -> UserInfo | None:
+        for known, user in self._users.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                return user
+        return None
 
 
 class TokenIssuer:

@@ -1,0 +1,384 @@
+"""RBAC over HTTP: ServiceAccount and user tokens are held to their Roles and ClusterRoles, as on a real server.
+
+A ServiceAccount's token (``kubectl create token``) is bound to a Role or ClusterRole by the admin token; the
+``kubernetes`` client and kubectl then meet the answers a real kube-apiserver gives: the request allowed, or a
+403 ``Status`` worded like responsewriters.Forbidden, and ``kubectl auth can-i`` saying yes or no (exit code 0
+or 1) from a SelfSubjectAccessReview, ``--list`` from a SelfSubjectRulesReview.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from conftest import ServedTwin, make_node, make_running_pod, unique
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def _account_token(twin: ServedTwin, namespace: str, name: str) -> str:
+    twin.kubectl("create", "serviceaccount", name, "-n", namespace)
+    return twin.kubectl("create", "token", name, "-n", namespace).stdout.strip()
+
+
+def _create(twin: ServedTwin, path: str, obj: dict[str, Any]) -> None:
+    result = twin.request("POST", path, body=obj)
+    assert result.status == 201, result.body
+
+
+def _cluster_role(twin: ServedTwin, name: str, rules: list[dict[str, Any]]) -> None:
+    _create(twin, f"{RBAC}/clusterroles", {"metadata": {"name": name}, "rules": rules})
+
+
+def _bind(twin: ServedTwin, *, name: str, role_kind: str, role: str, subject: dict, namespace: str = "") -> None:
+    obj = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [subject],
+    }
+    if namespace:
+        _create(twin, f"{RBAC}/namespaces/{namespace}/rolebindings", obj)
+    else:
+        _create(twin, f"{RBAC}/clusterrolebindings", obj)
+
+
+def _client_for(twin: ServedTwin, token: str) -> client.ApiClient:
+    configuration = client.Configuration()
+    configuration.host = twin.api_url
+    configuration.ssl_ca_cert = twin.companion["ca_file"]
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(configuration)
+
+
+@pytest.fixture
+def audit(twin: ServedTwin, namespace: str) -> dict[str, Any]:
+    """A ServiceAccount ``audit`` bound cluster-wide to read nodes and pods, and a node to read."""
+    role = unique("audit")
+    _cluster_role(
+        twin,
+        role,
+        [
+            {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list"]},
+        ],
+    )
+    _bind(
+        twin,
+        name=role,
+        role_kind="ClusterRole",
+        role=role,
+        subject={"kind": "ServiceAccount", "name": "audit", "namespace": namespace},
+    )
+    node = unique("gpu-worker")
+    make_node(twin, node, labels={"gpufleet.io/rack": role})
+    token = _account_token(twin, namespace, "audit")
+    api = _client_for(twin, token)
+    yield {"token": token, "node": node, "role": role, "user": f"system:serviceaccount:{namespace}:audit", "api": api}
+    api.close()
+    twin.request("DELETE", f"/api/v1/nodes/{node}")
+    twin.request("DELETE", f"{RBAC}/clusterrolebindings/{role}")
+    twin.request("DELETE", f"{RBAC}/clusterroles/{role}")
+
+
+def test_bootstrap_roles_are_served(twin):
+    roles = twin.kubectl("get", "clusterroles", "-o", "name").stdout.split()
+    for name in ("cluster-admin", "admin", "edit", "view", "system:basic-user", "system:discovery"):
+        assert f"clusterrole.rbac.authorization.k8s.io/{name}" in roles
+    binding = json.loads(twin.kubectl("get", "clusterrolebinding", "system:basic-user", "-o", "json").stdout)
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+    ]
+    view = json.loads(twin.kubectl("get", "clusterrole", "view", "-o", "json").stdout)
+    assert any(rule["apiGroups"] == ["apps"] and "daemonsets" in rule["resources"] for rule in view["rules"])
+    assert any("pods" in rule["resources"] and rule["verbs"] == ["get", "list", "watch"] for rule in view["rules"])
+
+
+def test_a_bound_account_reads_and_is_refused_a_write(twin, audit):
+    core = client.CoreV1Api(audit["api"])
+    names = [node.metadata.name for node in core.list_node(label_selector=f"gpufleet.io/rack={audit['role']}").items]
+    assert names == [audit["node"]]
+    assert core.read_node(audit["node"]).metadata.name == audit["node"]
+    with pytest.raises(ApiException) as refused:
+        core.patch_node(audit["node"], {"metadata": {"labels": {"x": "y"}}})
+    assert refused.value.status == 403
+    assert json.loads(refused.value.body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'nodes "{audit["node"]}" is forbidden: User "{audit["user"]}" cannot patch resource "nodes" '
+        'in API group "" at the cluster scope',
+        "reason": "Forbidden",
+        "details": {"name": audit["node"], "kind": "nodes"},
+        "code": 403,
+    }
+    # Nothing was written.
+    assert "x" not in (twin.request("GET", f"/api/v1/nodes/{audit['node']}").json()["metadata"].get("labels") or {})
+    with pytest.raises(ApiException) as listing:
+        client.AppsV1Api(audit["api"]).list_namespaced_deployment("default")
+    assert listing.value.status == 403
+    assert json.loads(listing.value.body)["message"] == (
+        f'deployments.apps is forbidden: User "{audit["user"]}" cannot list resource "deployments" in API group '
+        '"apps" in the namespace "default"'
+    )
+    assert json.loads(listing.value.body)["details"] == {"group": "apps", "kind": "deployments"}
+
+
+def test_watch_needs_the_watch_verb(twin, audit, namespace):
+    core = client.CoreV1Api(audit["api"])
+    stream = watch.Watch().stream(core.list_node, label_selector=f"gpufleet.io/rack={audit['role']}", timeout_seconds=1)
+    assert [event["object"].metadata.name for event in stream] == [audit["node"]]
+    # Daemonsets may be listed, not watched.
+    listed = twin.request("GET", "/apis/apps/v1/daemonsets?watch=true&timeoutSeconds=1", token=audit["token"])
+    assert listed.status == 403
+    assert 'cannot watch resource "daemonsets" in API group "apps" at the cluster scope' in listed.json()["message"]
+    assert twin.request("GET", "/apis/apps/v1/daemonsets", token=audit["token"]).status == 200
+
+
+def test_subresources_are_granted_apart(twin, namespace):
+    node = unique("gpu-worker")
+    make_node(twin, node)
+    role = unique("node-status")
+    _cluster_role(twin, role, [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}])
+    _bind(
+        twin,
+        name=role,
+        role_kind="ClusterRole",
+        role=role,
+        subject={"kind": "ServiceAccount", "name": "op", "namespace": namespace},
+    )
+    # A ClusterRole bound by a RoleBinding grants in that namespace only.
+    _cluster_role(twin, f"{role}-evict", [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}])
+    _bind(
+        twin,
+        name="evict",
+        role_kind="ClusterRole",
+        role=f"{role}-evict",
+        subject={"kind": "ServiceAccount", "name": "op", "namespace": namespace},
+        namespace=namespace,
+    )
+    token = _account_token(twin, namespace, "op")
+    user = f"system:serviceaccount:{namespace}:op"
+    patch = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Test"}]}}
+    headers = {"Content-Type": "application/strategic-merge-patch+json"}
+    status = twin.request("PATCH", f"/api/v1/nodes/{node}/status", body=patch, headers=headers, token=token)
+    assert status.status == 200, status.body
+    whole = twin.request("PATCH", f"/api/v1/nodes/{node}", body={"metadata": {}}, headers=headers, token=token)
+    assert whole.status == 403
+    assert whole.json()["message"] == (
+        f'nodes "{node}" is forbidden: User "{user}" cannot patch resource "nodes" in API group "" at the cluster scope'
+    )
+    make_running_pod(twin, namespace, "victim", node=node)
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "victim", "namespace": namespace}}
+    evicted = twin.request("POST", f"/api/v1/namespaces/{namespace}/pods/victim/eviction", body=eviction, token=token)
+    assert evicted.status == 201, evicted.body
+    elsewhere = twin.request("POST", "/api/v1/namespaces/default/pods/victim/eviction", body=eviction, token=token)
+    assert elsewhere.status == 403
+    assert elsewhere.json()["message"] == (
+        f'pods "victim" is forbidden: User "{user}" cannot create resource "pods/eviction" in API group "" '
+        'in the namespace "default"'
+    )
+    assert elsewhere.json()["details"] == {"name": "victim", "kind": "pods"}
+    twin.request("DELETE", f"/api/v1/nodes/{node}")
+    twin.request("DELETE", f"{RBAC}/clusterrolebindings/{role}")
+    twin.request("DELETE", f"{RBAC}/clusterroles/{role}")
+    twin.request("DELETE", f"{RBAC}/clusterroles/{role}-evict")
+
+
+def test_resource_names_restrict_to_those_objects(twin, namespace):
+    _create(
+        twin,
+        f"{RBAC}/namespaces/{namespace}/roles",
+        {
+            "metadata": {"name": "ledger"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["ledger"], "verbs": ["get", "patch"]}
+            ],
+        },
+    )
+    _bind(
+        twin,
+        name="ledger",
+        role_kind="Role",
+        role="ledger",
+        subject={"kind": "ServiceAccount", "name": "upgrader"},
+        namespace=namespace,
+    )
+    for name in ("ledger", "other"):
+        _create(twin, f"/api/v1/namespaces/{namespace}/configmaps", {"metadata": {"name": name}})
+    token = _account_token(twin, namespace, "upgrader")
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    assert twin.request("GET", f"{base}/ledger", token=token).status == 200
+    assert twin.request("GET", f"{base}/other", token=token).status == 403
+    assert twin.request("GET", base, token=token).status == 403  # a list names no object
+    # A list narrowed to the name by a field selector names the object, but still needs the list verb.
+    assert twin.request("GET", f"{base}?fieldSelector=metadata.name%3Dledger", token=token).status == 403
+    assert twin.request("POST", base, body={"metadata": {"name": "new"}}, token=token).status == 403
+
+
+def test_kubectl_auth_can_i_answers_as_a_server(twin, namespace):
+    role = unique("upgrader")
+    _cluster_role(
+        twin,
+        role,
+        [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+            {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        ],
+    )
+    _bind(
+        twin,
+        name=role,
+        role_kind="ClusterRole",
+        role=role,
+        subject={"kind": "ServiceAccount", "name": "upgrader", "namespace": namespace},
+    )
+    token = _account_token(twin, namespace, "upgrader")
+
+    def can_i(*args: str) -> tuple[str, int]:
+        result = twin.kubectl("--token", token, "auth", "can-i", *args, check=False)
+        return result.stdout.strip(), result.returncode
+
+    assert can_i("patch", "nodes") == ("yes", 0)
+    assert can_i("patch", "nodes/gpu-worker-001") == ("yes", 0)
+    assert can_i("delete", "nodes") == ("no", 1)
+    assert can_i("create", "pods", "--subresource=eviction", "-n", namespace) == ("yes", 0)
+    assert can_i("create", "pods", "-n", namespace) == ("no", 1)
+    assert can_i("get", "/version") == ("yes", 0)
+    assert can_i("get", "/metrics") == ("no", 1)
+    assert can_i("create", "selfsubjectaccessreviews.authorization.k8s.io") == ("yes", 0)
+    # The admin token stays a cluster administrator.
+    admin = twin.kubectl("auth", "can-i", "*", "*", "--all-namespaces", check=False)
+    assert (admin.stdout.strip(), admin.returncode) == ("yes", 0)
+    listed = twin.kubectl("--token", token, "auth", "can-i", "--list", "-n", namespace).stdout.splitlines()
+    rows = [line.split() for line in listed[1:]]
+    assert listed[0].split() == ["Resources", "Non-Resource", "URLs", "Resource", "Names", "Verbs"]
+    assert ["nodes", "[]", "[]", "[get", "list", "patch]"] in rows
+    assert ["pods/eviction", "[]", "[]", "[create]"] in rows
+    assert ["selfsubjectaccessreviews.authorization.k8s.io", "[]", "[]", "[create]"] in rows
+    assert ["[/version]", "[]", "[get]"] in rows
+    twin.request("DELETE", f"{RBAC}/clusterrolebindings/{role}")
+    twin.request("DELETE", f"{RBAC}/clusterroles/{role}")
+
+
+def test_self_subject_access_review_over_http(twin, audit):
+    def review(spec: dict[str, Any]) -> dict[str, Any]:
+        answer = twin.request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            body={"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": spec},
+            token=audit["token"],
+        )
+        assert answer.status == 201, answer.body
+        return answer.json()["status"]
+
+    allowed = review({"resourceAttributes": {"verb": "list", "resource": "nodes"}})
+    assert allowed == {
+        "allowed": True,
+        "reason": f'RBAC: allowed by ClusterRoleBinding "{audit["role"]}" of ClusterRole "{audit["role"]}" to '
+        f'ServiceAccount "audit/{audit["user"].split(":")[2]}"',
+    }
+    assert review({"resourceAttributes": {"verb": "patch", "resource": "nodes", "name": audit["node"]}}) == {
+        "allowed": False
+    }
+    assert review({"nonResourceAttributes": {"verb": "get", "path": "/apis"}})["allowed"] is True
+    invalid = twin.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        body={"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {}},
+        token=audit["token"],
+    )
+    assert invalid.status == 422
+
+
+def test_discovery_and_version_stay_open_to_any_authenticated_user(twin, audit):
+    for path in ("/api", "/api/v1", "/apis", "/apis/apps/v1", "/version", "/openapi/v2", "/openapi/v3"):
+        assert twin.request("GET", path, token=audit["token"]).status == 200, path
+    # kubectl discovers with the account's token and reads what it may.
+    names = twin.kubectl("--token", audit["token"], "get", "nodes", "-o", "name").stdout.split()
+    assert f"node/{audit['node']}" in names
+
+
+def test_admin_tokens_endpoint_makes_user_and_account_tokens(twin, namespace):
+    made = twin.request("POST", "/admin/tokens", body={"user": "alice", "groups": ["gpu-team"]})
+    assert made.status == 201, made.body
+    alice = made.json()
+    assert alice["user"] == {"username": "alice", "groups": ["gpu-team", "system:authenticated"]}
+    whoami = json.loads(twin.kubectl("--token", alice["token"], "auth", "whoami", "-o", "json").stdout)
+    assert whoami["status"]["userInfo"]["username"] == "alice"
+    refused = twin.request("GET", "/api/v1/nodes", token=alice["token"])
+    assert refused.status == 403
+    assert refused.json()["message"] == (
+        'nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope'
+    )
+    _bind(
+        twin,
+        name="gpu-team-view",
+        role_kind="ClusterRole",
+        role="view",
+        subject={"kind": "Group", "name": "gpu-team"},
+        namespace=namespace,
+    )
+    assert twin.request("GET", f"/api/v1/namespaces/{namespace}/pods", token=alice["token"]).status == 200
+    # Only a cluster administrator may mint tokens.
+    again = twin.request(
+        "POST", "/admin/tokens", body={"user": "mallory", "groups": ["system:masters"]}, token=alice["token"]
+    )
+    assert again.status == 403
+    assert again.json()["message"] == 'forbidden: User "alice" cannot post path "/admin/tokens"'
+    twin.kubectl("create", "serviceaccount", "bot", "-n", namespace)
+    account = twin.request("POST", "/admin/tokens", body={"serviceAccount": f"{namespace}/bot"})
+    assert account.status == 201, account.body
+    assert account.json()["user"]["username"] == f"system:serviceaccount:{namespace}:bot"
+    assert twin.request("GET", "/api/v1/nodes", token=account.json()["token"]).status == 403
+    missing = twin.request("POST", "/admin/tokens", body={"serviceAccount": f"{namespace}/nobody"})
+    assert missing.status == 404
+    assert twin.request("POST", "/admin/tokens", body={"user": "x", "serviceAccount": "a/b"}).status == 400
+
+
+def test_token_auth_file_declares_users(tmp_path, launcher):
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text('# token,user,uid,"groups"\nsecret-of-bob,bob,42,"gpu-team,ops"\n\nsecret-of-eve,eve,43\n')
+    served = launcher.start(tmp_path / "twin", "--bare", "--token-auth-file", str(tokens))
+    try:
+        whoami = json.loads(served.kubectl("--token", "secret-of-bob", "auth", "whoami", "-o", "json").stdout)
+        assert whoami["status"]["userInfo"] == {
+            "username": "bob",
+            "uid": "42",
+            "groups": ["gpu-team", "ops", "system:authenticated"],
+        }
+        can_i = served.kubectl("--token", "secret-of-eve", "auth", "can-i", "list", "nodes", check=False)
+        assert (can_i.stdout.strip(), can_i.returncode) == ("no", 1)
+        assert served.request("GET", "/api/v1/nodes", token="secret-of-nobody").status == 401
+    finally:
+        assert launcher.stop(served) == 0
+
+
+def test_a_bad_token_auth_file_is_refused_naming_the_line(tmp_path):
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text("ok-token,ok,1\nonly-a-token\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet_twin",
+            "serve",
+            "--kubeconfig",
+            str(tmp_path / "kc"),
+            "--token-auth-file",
+            str(tokens),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"--token-auth-file: {tokens}:2: a line needs at least token,user,uid (got 1 fields)" in result.stderr
+    assert not (tmp_path / "kc").exists()
