@@ -200,6 +200,13 @@ class KubeApi:
             headers = _create_headers(None, **auth_params)
         except (kubernetes.config.ConfigException, OSError, ValueError, TypeError) as err:
             raise InvalidInputError(f"Cannot build a Kubernetes client from the connection options: {err}") from err
+        if auth.get("api_key"):
+            # The token given wins over the kubeconfig user's: the kubeconfig loader re-sets its own token
+            # before every request (refresh_api_key_hook), which would silently run a least-privilege
+            # account's work with the kubeconfig's identity.
+            configuration.refresh_api_key_hook = None
+            configuration.api_key = {"BearerToken": f"Bearer {auth['api_key']}"}
+            configuration.api_key_prefix = {}
         api_client = kubernetes.client.ApiClient(configuration)
         for header, value in headers.items():
             api_client.set_default_header(header, ",".join(value) if isinstance(value, list) else value)

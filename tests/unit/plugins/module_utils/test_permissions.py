@@ -314,3 +314,34 @@ def test_rbac_objects_bind_cluster_roles_cluster_wide_and_namespaced_ones_where_
         {"kind": "ServiceAccount", "name": "gpufleet-audit", "namespace": "gpufleet"}
     ]
     assert [o["kind"] for o in objects[:3]] == ["ServiceAccount"] * 3
+
+
+def test_a_given_token_wins_over_the_kubeconfig_user(tmp_path, monkeypatch):
+    """api_key (K8S_AUTH_API_KEY) with a kubeconfig whose user has a token: requests carry the given token.
+
+    The kubernetes client's kubeconfig loader re-sets its own token before every request (refresh_api_key_hook),
+    so without care a least-privilege token given alongside an administrator's kubeconfig is silently ignored.
+    """
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeApi
+
+    for name in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST", "K8S_AUTH_API_KEY", "KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://twin.invalid:6443"}}],
+                "users": [{"name": "admin", "user": {"token": "admin-token"}}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "admin"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    api = KubeApi.from_params({"kubeconfig": str(kubeconfig), "api_key": "account-token"}, keep_stage_lease=False)
+    settings = api._client.configuration.auth_settings()
+    assert settings["BearerToken"]["value"] == "Bearer account-token"
+    assert api.host == "https://twin.invalid:6443"
+    alone = KubeApi.from_params({"kubeconfig": str(kubeconfig)}, keep_stage_lease=False)
+    assert alone._client.configuration.auth_settings()["BearerToken"]["value"] == "Bearer admin-token"
