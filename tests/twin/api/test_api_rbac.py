@@ -11,15 +11,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from conftest import ServedTwin, make_node, make_running_pod, unique
-
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
+ServedTwin = Any  # conftest's ServedTwin (tests import nothing from conftest)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 def _account_token(twin: ServedTwin, namespace: str, name: str) -> str:
@@ -57,7 +61,7 @@ def _client_for(twin: ServedTwin, token: str) -> client.ApiClient:
 
 
 @pytest.fixture
-def audit(twin: ServedTwin, namespace: str) -> dict[str, Any]:
+def audit(twin: ServedTwin, namespace: str, kit: Any) -> dict[str, Any]:
     """A ServiceAccount ``audit`` bound cluster-wide to read nodes and pods, and a node to read."""
     role = unique("audit")
     _cluster_role(
@@ -76,7 +80,7 @@ def audit(twin: ServedTwin, namespace: str) -> dict[str, Any]:
         subject={"kind": "ServiceAccount", "name": "audit", "namespace": namespace},
     )
     node = unique("gpu-worker")
-    make_node(twin, node, labels={"gpufleet.io/rack": role})
+    kit.node(node, labels={"gpufleet.io/rack": role})
     token = _account_token(twin, namespace, "audit")
     api = _client_for(twin, token)
     yield {"token": token, "node": node, "role": role, "user": f"system:serviceaccount:{namespace}:audit", "api": api}
@@ -141,9 +145,9 @@ def test_watch_needs_the_watch_verb(twin, audit, namespace):
     assert twin.request("GET", "/apis/apps/v1/daemonsets", token=audit["token"]).status == 200
 
 
-def test_subresources_are_granted_apart(twin, namespace):
+def test_subresources_are_granted_apart(twin, namespace, kit):
     node = unique("gpu-worker")
-    make_node(twin, node)
+    kit.node(node)
     role = unique("node-status")
     _cluster_role(twin, role, [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}])
     _bind(
@@ -174,7 +178,7 @@ def test_subresources_are_granted_apart(twin, namespace):
     assert whole.json()["message"] == (
         f'nodes "{node}" is forbidden: User "{user}" cannot patch resource "nodes" in API group "" at the cluster scope'
     )
-    make_running_pod(twin, namespace, "victim", node=node)
+    kit.running_pod(namespace, "victim", node=node)
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "victim", "namespace": namespace}}
     evicted = twin.request("POST", f"/api/v1/namespaces/{namespace}/pods/victim/eviction", body=eviction, token=token)
     assert evicted.status == 201, evicted.body
@@ -382,3 +386,101 @@ def test_a_bad_token_auth_file_is_refused_naming_the_line(tmp_path):
     assert result.returncode == 2
     assert f"--token-auth-file: {tokens}:2: a line needs at least token,user,uid (got 1 fields)" in result.stderr
     assert not (tmp_path / "kc").exists()
+
+
+def test_kubectl_create_role_and_binding(twin, namespace):
+    """kubectl's typed generators send protobuf bodies; the objects read back as a real server stores them."""
+    twin.kubectl("create", "role", "pods", "--verb=get,list", "--resource=pods,pods/log", "-n", namespace)
+    twin.kubectl(
+        "create",
+        "rolebinding",
+        "pods",
+        "--role=pods",
+        f"--serviceaccount={namespace}:ci",
+        "--group=ops",
+        "-n",
+        namespace,
+    )
+    binding = json.loads(twin.kubectl("get", "rolebinding", "pods", "-n", namespace, "-o", "json").stdout)
+    assert "generation" not in binding["metadata"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"}
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops"},
+        {"kind": "ServiceAccount", "name": "ci", "namespace": namespace},
+    ]
+    wide = twin.kubectl("get", "rolebinding", "pods", "-n", namespace, "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]
+    assert wide[1].split()[:2] == ["pods", "Role/pods"]
+    assert wide[1].split()[-2:] == ["ops", f"{namespace}/ci"]
+    token = _account_token(twin, namespace, "ci")
+    can_i = twin.kubectl("--token", token, "auth", "can-i", "get", "pods", "--subresource=log", "-n", namespace)
+    assert can_i.stdout.strip() == "yes"
+    changed = twin.kubectl(
+        "patch",
+        "rolebinding",
+        "pods",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"roleRef":{"name":"other"}}',
+        check=False,
+    )
+    assert changed.returncode != 0
+    assert "cannot change roleRef" in changed.stderr
+    bad = twin.kubectl(
+        "create", "clusterrolebinding", unique("bad"), "--clusterrole=view", "--serviceaccount=x", check=False
+    )
+    assert bad.returncode != 0
+
+
+def test_kubectl_as_impersonates_the_account(twin, audit, namespace):
+    account = f"--as={audit['user']}"
+    assert twin.kubectl(account, "auth", "can-i", "list", "nodes").stdout.strip() == "yes"
+    refused = twin.kubectl(account, "auth", "can-i", "patch", "nodes", check=False)
+    assert (refused.stdout.strip(), refused.returncode) == ("no", 1)
+    whoami = json.loads(twin.kubectl(account, "auth", "whoami", "-o", "json").stdout)
+    assert whoami["status"]["userInfo"]["groups"] == [
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{namespace}",
+        "system:authenticated",
+    ]
+    # An account without the impersonate verb may not act as another.
+    denied = twin.kubectl("--token", audit["token"], "--as=bob", "get", "nodes", check=False)
+    assert denied.returncode != 0
+    assert (
+        f'users "bob" is forbidden: User "{audit["user"]}" cannot impersonate resource "users" in API group "" '
+        "at the cluster scope"
+    ) in denied.stderr
+
+
+def test_labelled_cluster_roles_aggregate_into_view(twin, namespace):
+    extra = unique("view-leases")
+    rule = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]}
+    _bind(
+        twin,
+        name="view",
+        role_kind="ClusterRole",
+        role="view",
+        subject={"kind": "ServiceAccount", "name": "reader"},
+        namespace=namespace,
+    )
+    token = _account_token(twin, namespace, "reader")
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    assert twin.request("GET", leases, token=token).status == 403
+    _create(
+        twin,
+        f"{RBAC}/clusterroles",
+        {
+            "metadata": {"name": extra, "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+            "rules": [rule],
+        },
+    )
+    view = json.loads(twin.kubectl("get", "clusterrole", "view", "-o", "json").stdout)
+    assert rule in view["rules"]
+    assert twin.request("GET", leases, token=token).status == 200
+    # admin aggregates edit, which aggregates view: the rule reaches it too.
+    assert rule in json.loads(twin.kubectl("get", "clusterrole", "admin", "-o", "json").stdout)["rules"]
+    twin.kubectl("delete", "clusterrole", extra)
+    assert rule not in json.loads(twin.kubectl("get", "clusterrole", "view", "-o", "json").stdout)["rules"]
+    assert twin.request("GET", leases, token=token).status == 403

@@ -28,14 +28,17 @@ def test_requests_are_counted_by_verb_and_resource(simulate) -> None:
         recorder.after_request(daemonsets, 200)
         dry = RequestInfo("PATCH", "/api/v1/nodes/x", "patch", resource="nodes", name="x", dry_run=True)
         recorder.after_request(dry, 200)
+        refused = RequestInfo("PATCH", "/api/v1/nodes/y", "patch", resource="nodes", subresource="status", name="y")
+        recorder.after_request(refused, 403)
         requests = recorder.report()["requests"]
-        assert requests["total"] == 5
+        assert requests["total"] == 6
         assert requests["dry_run_by_verb_resource"] == {"patch nodes": 1}
+        assert requests["forbidden_by_verb_resource"] == {"patch nodes/status": 1}
         assert requests["by_verb"] == {"create": 1, "list": 2, "patch": 1}
         assert requests["by_resource"]["pods/eviction"] == 1
         assert requests["by_resource"]["daemonsets.apps"] == 1
         assert requests["by_verb_resource"]["patch nodes"] == 1
-        assert requests["by_code"] == {"200": 4, "429": 1}
+        assert requests["by_code"] == {"200": 4, "403": 1, "429": 1}
         recorder.reset()
         assert recorder.report()["requests"]["total"] == 0
 

@@ -437,3 +437,98 @@ def test_aggregated_roles_take_the_rules_of_the_roles_they_select():
     }
     # In the name order of the selected roles: gpu-view before system:aggregate-to-view.
     assert rbac.aggregated_rules(by_name["view"], [*roles, extra]) == [*extra["rules"], *view]
+
+
+# -- defaulting and validation of writes -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Type:
+    plural: str
+    kind: str
+    group: str = rbac.GROUP
+
+
+_ROLE = _Type("roles", "Role")
+_CLUSTER_BINDING = _Type("clusterrolebindings", "ClusterRoleBinding")
+
+
+def _causes(rtype, obj, old=None):
+    with pytest.raises(ApiError) as refused:
+        rbac.admit("UPDATE" if old else "CREATE", rtype, obj, old)
+    assert refused.value.code == 422
+    return [(cause["field"], cause["message"]) for cause in refused.value.details["causes"]]
+
+
+def test_rules_are_validated_as_kube_apiserver_does():
+    role = {
+        "metadata": {"name": "r"},
+        "rules": [{"verbs": [], "resources": ["pods"]}, {"verbs": ["get"], "nonResourceURLs": ["/logs"]}],
+    }
+    assert _causes(_ROLE, role) == [
+        ("rules[0].verbs", "Required value: verbs must contain at least one value"),
+        ("rules[0].apiGroups", "Required value: resource rules must supply at least one api group"),
+        (
+            "rules[1].nonResourceURLs",
+            'Invalid value: []string{"/logs"}: namespaced rules cannot apply to non-resource URLs',
+        ),
+    ]
+
+
+def test_bindings_are_defaulted_and_validated():
+    binding = {
+        "metadata": {"name": "b"},
+        "roleRef": {"kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "Group", "name": "g"}],
+    }
+    rbac.admit("CREATE", _CLUSTER_BINDING, binding, None)
+    assert binding["roleRef"]["apiGroup"] == rbac.GROUP
+    assert binding["subjects"][0]["apiGroup"] == rbac.GROUP
+    refused = {
+        "metadata": {"name": "b"},
+        "roleRef": {"kind": "Role", "name": "r"},
+        "subjects": [{"kind": "ServiceAccount", "name": "audit"}, {"kind": "Robot", "name": "x"}],
+    }
+    assert _causes(_CLUSTER_BINDING, refused) == [
+        ("roleRef.kind", 'Unsupported value: "Role": supported values: "ClusterRole"'),
+        ("subjects[0].namespace", "Required value"),
+        ("subjects[1].kind", 'Unsupported value: "Robot": supported values: "ServiceAccount", "User", "Group"'),
+    ]
+    changed = {**binding, "roleRef": {"apiGroup": rbac.GROUP, "kind": "ClusterRole", "name": "edit"}}
+    assert _causes(_CLUSTER_BINDING, changed, old=binding) == [
+        (
+            "roleRef",
+            'Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: '
+            "cannot change roleRef",
+        )
+    ]
+
+
+# -- impersonation ---------------------------------------------------------------------------------------------
+
+
+def test_the_admin_may_impersonate_a_service_account():
+    acting = rbac.impersonated_user(
+        requester=ADMIN, user="system:serviceaccount:gpufleet:audit", groups=[], uid="", policy=Policy()
+    )
+    assert acting == AUDIT
+    assert rbac.authorize(_attrs("GET", "/api/v1/nodes", user=acting), _audit_policy()).allowed
+    assert rbac.impersonated_user(requester=ADMIN, user="", groups=[], uid="", policy=Policy()) is None
+
+
+def test_impersonating_a_user_with_groups():
+    acting = rbac.impersonated_user(requester=ADMIN, user="bob", groups=["ops"], uid="", policy=Policy())
+    assert acting == UserInfo(username="bob", groups=("ops", "system:authenticated"))
+
+
+def test_impersonation_needs_the_impersonate_verb():
+    with pytest.raises(ApiError) as refused:
+        rbac.impersonated_user(requester=AUDIT, user="bob", groups=[], uid="", policy=_audit_policy())
+    assert refused.value.code == 403
+    assert refused.value.message == (
+        'users "bob" is forbidden: User "system:serviceaccount:gpufleet:audit" cannot impersonate resource "users" '
+        'in API group "" at the cluster scope'
+    )
+    with pytest.raises(ApiError) as groups_only:
+        rbac.impersonated_user(requester=ADMIN, user="", groups=["ops"], uid="", policy=Policy())
+    assert groups_only.value.code == 400

@@ -47,6 +47,8 @@ OBJECT_META = tuple(
     )
 )
 
+_POLICY_RULES = tuple(f"rules[].{name}" for name in ("apiGroups", "resources", "resourceNames", "nonResourceURLs"))
+_SUBJECTS = ("subjects", "subjects[].apiGroup", "subjects[].namespace")
 # k8s.io/api core/v1/types.go Container (value fields with omitempty; name has none).
 _CONTAINER = (
     "image",
@@ -213,6 +215,12 @@ OMITEMPTY: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
         ("policy", "poddisruptionbudgets"): ("status.observedGeneration", "status.disruptedPods", "status.conditions"),
         # coordination/v1/types.go LeaseSpec: every field is a pointer, so only metadata applies.
         ("coordination.k8s.io", "leases"): (),
+        # rbac/v1/types.go: PolicyRule (verbs has no omitempty), Subject (kind and name have none),
+        # RoleBinding.subjects; rules and roleRef have no omitempty.
+        ("rbac.authorization.k8s.io", "roles"): _POLICY_RULES,
+        ("rbac.authorization.k8s.io", "clusterroles"): _POLICY_RULES,
+        ("rbac.authorization.k8s.io", "rolebindings"): _SUBJECTS,
+        ("rbac.authorization.k8s.io", "clusterrolebindings"): _SUBJECTS,
         # resource/v1/types.go: DeviceClassSpec (selectors, config), DeviceClaim (requests, constraints,
         # config), DeviceRequest.firstAvailable, ExactDeviceRequest (selectors, allocationMode, count,
         # tolerations), ResourceClaimStatus (reservedFor, devices), ResourceSliceSpec (devices,

@@ -1258,6 +1258,26 @@ _PROTO_MESSAGES: Mapping[str, Mapping[int, ProtoField]] = MappingProxyType(
             (4, "unhealthyPodEvictionPolicy", "string"),
         ),
         "Eviction": _fields((1, "metadata", "ObjectMeta"), (2, "deleteOptions", "DeleteOptions")),
+        # k8s.io/api/rbac/v1 generated.proto (kubectl create role|clusterrole|rolebinding|clusterrolebinding).
+        "Role": _fields((1, "metadata", "ObjectMeta"), (2, "rules", "PolicyRule", True)),
+        "ClusterRole": _fields(
+            (1, "metadata", "ObjectMeta"), (2, "rules", "PolicyRule", True), (3, "aggregationRule", "AggregationRule")
+        ),
+        "AggregationRule": _fields((1, "clusterRoleSelectors", "LabelSelector", True)),
+        "PolicyRule": _fields(
+            (1, "verbs", "string", True),
+            (2, "apiGroups", "string", True),
+            (3, "resources", "string", True),
+            (4, "resourceNames", "string", True),
+            (5, "nonResourceURLs", "string", True),
+        ),
+        "RoleBinding": _fields(
+            (1, "metadata", "ObjectMeta"), (2, "subjects", "Subject", True), (3, "roleRef", "RoleRef")
+        ),
+        "Subject": _fields(
+            (1, "kind", "string"), (2, "apiGroup", "string"), (3, "name", "string"), (4, "namespace", "string")
+        ),
+        "RoleRef": _fields((1, "apiGroup", "string"), (2, "kind", "string"), (3, "name", "string")),
         "SelfSubjectAccessReview": _fields((1, "metadata", "ObjectMeta"), (2, "spec", "SelfSubjectAccessReviewSpec")),
         "SelfSubjectAccessReviewSpec": _fields(
             (1, "resourceAttributes", "ResourceAttributes"), (2, "nonResourceAttributes", "NonResourceAttributes")
@@ -1298,6 +1318,10 @@ _PROTO_KINDS: Mapping[tuple[str, str], str] = MappingProxyType(
         ("v1", "ServiceAccount"): "ServiceAccount",
         ("policy/v1", "PodDisruptionBudget"): "PodDisruptionBudget",
         ("policy/v1", "Eviction"): "Eviction",
+        ("rbac.authorization.k8s.io/v1", "Role"): "Role",
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"): "ClusterRole",
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"): "RoleBinding",
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "RoleBinding",
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "SelfSubjectAccessReview",
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): "SelfSubjectRulesReview",
         ("authentication.k8s.io/v1", "SelfSubjectReview"): "SelfSubjectReview",

@@ -41,6 +41,7 @@ The pure part (request attributes and RBAC objects in, a decision and its reason
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -67,9 +68,8 @@ _METHOD_VERBS: Mapping[str, str] = {
     "PATCH": "patch",
     "DELETE": "delete",
 }
-# strconv.ParseBool, which decoding ListOptions' ``watch`` uses.
+# What strconv.ParseBool, which decoding ListOptions' ``watch`` uses, reads as true.
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class Decision:
 
 def request_attributes(*, user: UserInfo, method: str, path: str, query: Mapping[str, str]) -> Attributes:
     """The authorization attributes kube-apiserver's RequestInfoFactory derives from one request."""
-    parts = [part for part in path.strip("/").split("/") if part] if path.strip("/") else []
+    parts = [part for part in path.split("/") if part]
     non_resource = Attributes(user=user, verb=method.lower(), resource_request=False, path=path)
     if len(parts) < 3 or parts[0] not in ("api", "apis"):
         return non_resource
@@ -127,9 +127,8 @@ def request_attributes(*, user: UserInfo, method: str, path: str, query: Mapping
     name = rest[1] if len(rest) > 1 else ""
     subresource = rest[2] if len(rest) > 2 and verb != "proxy" else ""
     if not name and verb == "get":
+        # Any value strconv.ParseBool does not read as true (or cannot read at all) leaves a list.
         verb = "watch" if query.get("watch", "") in _TRUE else "list"
-        if query.get("watch", "") not in _TRUE | _FALSE | {""}:
-            verb = "list"  # an undecodable ListOptions falls back to a plain list
         name = _name_from_field_selector(query.get("fieldSelector", ""))
     if not name and verb == "delete":
         verb = "deletecollection"
@@ -778,3 +777,180 @@ def install_bootstrap_policy(store: Store, registry: Registry) -> None:
                 # Complete objects written as etcd holds them (no admission to run, as for seeded Nodes).
                 store.create(rtype, obj, restore=True)
     ClusterRoleAggregator(store, registry).reconcile()
+
+
+# -- defaulting and validation (pkg/apis/rbac/v1 defaults, pkg/apis/rbac/validation) ----------------------------
+
+
+def _go_strings(values: Sequence[str]) -> str:
+    return "[]string{" + ", ".join(json.dumps(value) for value in values) + "}"
+
+
+def _supported(field_path: str, value: str, allowed: Sequence[str]) -> Obj:
+    listed = ", ".join(json.dumps(item) for item in allowed)
+    return {
+        "reason": "FieldValueNotSupported",
+        "field": field_path,
+        "message": f"Unsupported value: {json.dumps(value)}: supported values: {listed}",
+    }
+
+
+def _required(field_path: str, detail: str = "") -> Obj:
+    message = f"Required value: {detail}" if detail else "Required value"
+    return {"reason": "FieldValueRequired", "field": field_path, "message": message}
+
+
+def _rule_causes(rule: Obj, *, namespaced: bool, where: str) -> list[Obj]:
+    causes: list[Obj] = []
+    if not rule.get("verbs"):
+        causes.append(_required(f"{where}.verbs", "verbs must contain at least one value"))
+    urls = rule.get("nonResourceURLs") or []
+    if urls:
+        rendered = f"Invalid value: {_go_strings(urls)}: "
+        if namespaced:
+            causes.append(
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": f"{where}.nonResourceURLs",
+                    "message": rendered + "namespaced rules cannot apply to non-resource URLs",
+                }
+            )
+        if rule.get("apiGroups") or rule.get("resources") or rule.get("resourceNames"):
+            causes.append(
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": f"{where}.nonResourceURLs",
+                    "message": rendered + "rules cannot apply to both regular resources and non-resource URLs",
+                }
+            )
+        return causes
+    if not rule.get("apiGroups"):
+        causes.append(_required(f"{where}.apiGroups", "resource rules must supply at least one api group"))
+    if not rule.get("resources"):
+        causes.append(_required(f"{where}.resources", "resource rules must supply at least one resource"))
+    return causes
+
+
+def _subject_causes(subject: Obj, *, namespaced: bool, where: str) -> list[Obj]:
+    causes: list[Obj] = []
+    kind, group = subject.get("kind", ""), subject.get("apiGroup", "")
+    if not subject.get("name"):
+        causes.append(_required(f"{where}.name"))
+    if kind == "ServiceAccount":
+        if group:
+            causes.append(_supported(f"{where}.apiGroup", group, [""]))
+        if not namespaced and not subject.get("namespace"):
+            causes.append(_required(f"{where}.namespace"))
+    elif kind in ("User", "Group"):
+        if group != GROUP:
+            causes.append(_supported(f"{where}.apiGroup", group, [GROUP]))
+    else:
+        causes.append(_supported(f"{where}.kind", kind, ["ServiceAccount", "User", "Group"]))
+    return causes
+
+
+def _go_role_ref(role_ref: Obj) -> str:
+    """A RoleRef as Go's ``%#v`` prints it in field.Invalid."""
+    fields = ", ".join(
+        f"{go_name}:{json.dumps(role_ref.get(name, ''))}"
+        for go_name, name in (("APIGroup", "apiGroup"), ("Kind", "kind"), ("Name", "name"))
+    )
+    return f"rbac.RoleRef{{{fields}}}"
+
+
+def admit(operation: str, rtype: Any, obj: Obj, old: Obj | None) -> None:
+    """Store admission hook: the v1 defaults and the validation kube-apiserver applies to RBAC writes."""
+    if rtype.group != GROUP or operation not in ("CREATE", "UPDATE"):
+        return
+    causes: list[Obj] = []
+    if rtype.plural in ("roles", "clusterroles"):
+        for index, rule in enumerate(obj.get("rules") or []):
+            causes += _rule_causes(rule, namespaced=rtype.plural == "roles", where=f"rules[{index}]")
+    else:
+        role_ref = obj.setdefault("roleRef", {})
+        if not role_ref.get("apiGroup"):
+            role_ref["apiGroup"] = GROUP  # SetDefaults_RoleBinding / _ClusterRoleBinding
+        for subject in obj.get("subjects") or []:
+            if not subject.get("apiGroup") and subject.get("kind") in ("User", "Group"):
+                subject["apiGroup"] = GROUP  # SetDefaults_Subject
+        if role_ref["apiGroup"] != GROUP:
+            causes.append(_supported("roleRef.apiGroup", role_ref["apiGroup"], [GROUP]))
+        kinds = ["Role", "ClusterRole"] if rtype.plural == "rolebindings" else ["ClusterRole"]
+        if role_ref.get("kind") not in kinds:
+            causes.append(_supported("roleRef.kind", str(role_ref.get("kind", "")), kinds))
+        if not role_ref.get("name"):
+            causes.append(_required("roleRef.name"))
+        for index, subject in enumerate(obj.get("subjects") or []):
+            causes += _subject_causes(subject, namespaced=rtype.plural == "rolebindings", where=f"subjects[{index}]")
+        if operation == "UPDATE" and old is not None and (old.get("roleRef") or {}) != role_ref:
+            causes.append(
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": "roleRef",
+                    "message": f"Invalid value: {_go_role_ref(role_ref)}: cannot change roleRef",
+                }
+            )
+    if causes:
+        raise errors.invalid(rtype.kind, obj["metadata"].get("name", ""), causes, GROUP)
+
+
+# -- impersonation (k8s.io/apiserver pkg/endpoints/filters/impersonation.go) -----------------------------------
+
+
+def impersonated_user(
+    *, requester: UserInfo, user: str, groups: Sequence[str], uid: str, policy: Policy
+) -> UserInfo | None:
+    """Who a request with ``Impersonate-User``/``-Group``/``-Uid`` headers acts as; None without them.
+
+    The requester needs ``impersonate`` on ``users`` (or ``serviceaccounts`` in the account's namespace for
+    ``system:serviceaccount:<ns>:<name>``), on ``groups`` for every group and on ``uids``; refused, the
+    request gets the 403 of the first check that failed.  A ServiceAccount impersonated without groups is in
+    its two ServiceAccount groups; every impersonated user is in ``system:authenticated`` unless a group says
+    ``system:authenticated`` or ``system:unauthenticated`` already.
+    """
+    if not user:
+        if groups or uid:
+            raise errors.bad_request("requested impersonation of groups or a uid without impersonating a user")
+        return None
+    checks: list[Attributes] = []
+    names: list[str] = list(groups)
+    if user.startswith(SERVICE_ACCOUNT_PREFIX) and user.count(":") == 3:
+        namespace, name = user.split(":")[2:]
+        checks.append(
+            Attributes(
+                user=requester,
+                verb="impersonate",
+                resource_request=True,
+                namespace=namespace,
+                resource="serviceaccounts",
+                name=name,
+            )
+        )
+        if not groups:
+            names = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+    else:
+        checks.append(
+            Attributes(user=requester, verb="impersonate", resource_request=True, resource="users", name=user)
+        )
+    checks += [
+        Attributes(user=requester, verb="impersonate", resource_request=True, resource="groups", name=group)
+        for group in groups
+    ]
+    if uid:
+        checks.append(
+            Attributes(
+                user=requester,
+                verb="impersonate",
+                resource_request=True,
+                api_group="authentication.k8s.io",
+                resource="uids",
+                name=uid,
+            )
+        )
+    for attributes in checks:
+        decision = authorize(attributes, policy)
+        if not decision.allowed:
+            raise forbidden(attributes, decision.reason)
+    if user != "system:anonymous" and not {"system:authenticated", "system:unauthenticated"} & set(names):
+        names.append("system:authenticated")
+    return UserInfo(username=user, uid=uid, groups=tuple(names))

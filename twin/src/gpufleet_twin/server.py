@@ -95,7 +95,7 @@ _NAMES_AS_PATH_SEGMENTS = frozenset(
     }
 )
 _CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
-# Who a request authenticated as (the admin token, or a ServiceAccount token).
+# Who a request acts as: the admin, a user token, a ServiceAccount token, or whom it impersonates.
 _USER = web.RequestKey("user", serviceaccount_tokens.UserInfo)
 _SELF_SUBJECT_REVIEW = ("authentication.k8s.io", "selfsubjectreviews")
 _ACCESS_REVIEW = ("authorization.k8s.io", "selfsubjectaccessreviews")
@@ -125,6 +125,7 @@ def install_api_machinery(twin: Twin) -> None:
     store.add_admission(_validate_object_name)
     store.add_admission(_default_builtin_fields)
     store.add_admission(_admit_crd_object)
+    store.add_admission(rbac.admit)
     store.add_admission(crd_schema.make_crd_admission())
     # Last: fill what the other hooks left out, as encoding a Go struct would.
     store.add_admission(RequiredFieldsCompletion(openapi.SchemaCatalog(twin.registry), twin.clock))
@@ -1061,10 +1062,21 @@ class ApiServer:
         user = self._user_of(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
             return _status_response(errors.unauthorized())
+        try:
+            acting_as = rbac.impersonated_user(
+                requester=user,
+                user=request.headers.get("Impersonate-User", ""),
+                groups=request.headers.getall("Impersonate-Group", []),
+                uid=request.headers.get("Impersonate-Uid", ""),
+                policy=self.policy,
+            )
+        except ApiError as problem:
+            return _status_response(problem)
+        user = acting_as or user
         request[_USER] = user
         if request.match_info.route.resource is not None and request.match_info.get("tail") is None:
-            # The twin's own routes (/admin/...) are non-resource paths: only who may use them does
-            # (system:masters, or a rule naming the path). API requests are authorized in _serve.
+            # The twin's own routes (/admin/...) are non-resource paths: system:masters may use them, others
+            # only where a rule names the path. API requests are authorized in _serve.
             attributes = rbac.request_attributes(
                 user=user, method=request.method, path=request.path, query=rbac.query_of(request.query_string)
             )

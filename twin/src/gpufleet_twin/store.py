@@ -62,6 +62,10 @@ WITHOUT_GENERATION = frozenset(
         ("", "endpoints"),
         ("apps", "controllerrevisions"),
         ("coordination.k8s.io", "leases"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "clusterroles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings"),
     }
 )
 

@@ -87,6 +87,7 @@ class Recorder:
         self._by_verb_resource: dict[str, int] = {}
         self._by_code: dict[str, int] = {}
         self._dry_run_by_verb_resource: dict[str, int] = {}
+        self._forbidden_by_verb_resource: dict[str, int] = {}
         self._gpus_total = 0
         self._capacity: list[tuple[float, int]] = []
         self._disrupted: list[Obj] = []
@@ -115,6 +116,11 @@ class Recorder:
         resource = resource or info.path
         self._requests_total += 1
         _bump(self._by_code, str(status))
+        if status == 403:
+            # Refused before it was served (RBAC, or an admission that forbids): counted apart like a dry run,
+            # so that "no writes" stays a plain check of by_verb and a refused write still shows.
+            _bump(self._forbidden_by_verb_resource, f"{info.verb} {resource}")
+            return
         if info.dry_run:
             # Counted apart, as apiserver_request_total's dry_run label does: a dry run changes nothing,
             # so "no writes" stays a plain check of by_verb.
@@ -170,6 +176,7 @@ class Recorder:
             self._by_verb_resource,
             self._by_code,
             self._dry_run_by_verb_resource,
+            self._forbidden_by_verb_resource,
         ):
             counts.clear()
         self._intervals = {}
@@ -201,6 +208,7 @@ class Recorder:
                 "by_verb_resource": dict(sorted(self._by_verb_resource.items())),
                 "by_code": dict(sorted(self._by_code.items())),
                 "dry_run_by_verb_resource": dict(sorted(self._dry_run_by_verb_resource.items())),
+                "forbidden_by_verb_resource": dict(sorted(self._forbidden_by_verb_resource.items())),
             },
             "nodes": {
                 "unavailable_intervals": {name: list(spans) for name, spans in sorted(self._intervals.items())},
