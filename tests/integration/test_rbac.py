@@ -230,3 +230,24 @@ def test_gpu_operator_canary_refused_without_one_rule_then_succeeds_with_the_shi
     assert found[CANARY] == NEW_DRIVER
     (entry,) = cluster_ledger(twin)
     assert (entry["stage"], entry["outcome"]) == ("canary", "success")
+
+
+def test_network_operator_mofed_canary_succeeds_with_the_shipped_role(fresh_twin, tmp_path):
+    from .test_network_operator_failures import NEW_MOFED, mofed_matrix
+    from .test_ofed_rolling_reload import mofed_ready, mofed_versions, pinned_secondary_network_app
+
+    twin = fresh_twin
+    mofed_matrix(tmp_path)
+    mofed_ready(twin)
+    # A pod on the canary using the RDMA network: the MOFED reload evicts it (pods/eviction across namespaces).
+    pinned_secondary_network_app(twin, CANARY, min_available=0)
+    apply_shipped_roles(twin)
+    token = token_of(twin, "gpufleet-upgrade")
+    twin.admin("POST", "report/reset")
+    canary = stage_as(twin, tmp_path, "canary", token, network_operator_wait_sleep=0.3)
+    assert canary.returncode == 0, canary.output[-6000:]
+    assert "Stage canary: success" in canary.output
+    served = twin.report()["requests"]
+    assert served["by_code"].get("403", 0) == 0, served
+    assert served["by_verb_resource"].get("create pods/eviction", 0) > 0, served
+    assert mofed_versions(twin)[CANARY] == NEW_MOFED
