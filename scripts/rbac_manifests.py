@@ -69,7 +69,6 @@ def _binding_note(info: table.ClusterRoleInfo) -> str:
 
 def _cluster_role(info: table.ClusterRoleInfo, rules: list) -> str:
     lines = [
-        "---",
         *textwrap.wrap(
             f"{info.summary}. {_binding_note(info)}", width=118, initial_indent="# ", subsequent_indent="# "
         ),
@@ -96,7 +95,25 @@ def _cluster_role(info: table.ClusterRoleInfo, rules: list) -> str:
         if names:
             lines.append(f"    resourceNames: [{', '.join(names)}]")
         lines.append(f"    verbs: [{', '.join(_verbs(verbs_steps))}]")
-    return "\n".join(lines) + "\n"
+    return _as_list_item(lines)
+
+
+def _as_list_item(lines: list) -> str:
+    """One object's lines as an item of a ``kind: List`` (one YAML document per file, as yamllint wants)."""
+    out = []
+    first = True
+    for line in lines:
+        if line.startswith("#"):
+            out.append("  " + line)
+        elif first:
+            out.append("  - " + line)
+            first = False
+        else:
+            out.append("    " + line)
+    return "\n".join(out) + "\n"
+
+
+LIST_HEAD = "---\napiVersion: v1\nkind: List\nitems:\n"
 
 
 def render_manifests() -> dict:
@@ -118,7 +135,7 @@ def render_manifests() -> dict:
             if grant.role == info.name
         ]
         files.setdefault(info.manifest, []).append(_cluster_role(info, rules))
-    rendered = {name: HEADER + "".join(parts) for name, parts in files.items()}
+    rendered = {name: HEADER + LIST_HEAD + "".join(parts) for name, parts in files.items()}
     rendered["example-bindings.yaml"] = render_example_bindings()
     return rendered
 
@@ -140,15 +157,12 @@ def render_example_bindings() -> str:
         "# An example: the accounts and bindings roles/rbac creates with its defaults (OpenShift, the",
         "# operators in their usual namespaces, the ledger beside the GPU Operator). Apply rbac/audit.yaml,",
         "# rbac/upgrade.yaml (and on OpenShift rbac/openshift-scc.yaml) first. Change the namespaces to yours.",
-        "---",
-        "apiVersion: v1",
-        "kind: Namespace",
-        "metadata:",
-        "  name: gpufleet",
+        LIST_HEAD.rstrip("\n"),
     ]
-    for doc in objects:
-        out.append("---")
-        out.append(yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False).rstrip("\n"))
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpufleet"}}
+    for doc in [namespace, *objects]:
+        text = yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False).rstrip("\n")
+        out.append(_as_list_item(text.splitlines()).rstrip("\n"))
     return "\n".join(out) + "\n"
 
 

@@ -31,7 +31,14 @@ def rbac_objects(cluster_roles, accounts, namespaces, create_accounts=True):
     ``accounts`` maps audit, upgrade and scc to {name, namespace}; ``namespaces`` the namespace keys of the
     RoleBindings (an empty one binds nothing).
     """
-    roles = [role for role in cluster_roles or [] if isinstance(role, dict) and role.get("kind") == "ClusterRole"]
+    documents = []
+    for document in cluster_roles or []:
+        # The shipped files hold one kind: List each.
+        if isinstance(document, dict) and document.get("kind") == "List":
+            documents += document.get("items") or []
+        else:
+            documents.append(document)
+    roles = [role for role in documents if isinstance(role, dict) and role.get("kind") == "ClusterRole"]
     used = []
     bindings = []
     for role in roles:

@@ -33,8 +33,15 @@ def _manifest_docs():
     docs = []
     for path in sorted(RBAC.glob("*.yaml")):
         if path.name != "example-bindings.yaml":
-            docs += [(path.name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+            docs += [(path.name, doc) for doc in _items(path)]
     return docs
+
+
+def _items(path):
+    """The objects of a manifest file: one ``kind: List`` document (ansible-test's yamllint wants one per file)."""
+    (document,) = list(yaml.safe_load_all(path.read_text()))
+    assert document["kind"] == "List"
+    return document["items"]
 
 
 def _granted_by_manifests():
@@ -287,7 +294,7 @@ def test_an_access_review_names_the_subresource_and_namespace_only_when_there_ar
 
 
 def test_the_example_bindings_bind_every_shipped_clusterrole_once():
-    docs = list(yaml.safe_load_all((RBAC / "example-bindings.yaml").read_text()))
+    docs = _items(RBAC / "example-bindings.yaml")
     bound = sorted(doc["roleRef"]["name"] for doc in docs if "roleRef" in doc)
     shipped = sorted(info.name for info in (*table.CLUSTER_ROLES, *table.POD_CLUSTER_ROLES))
     # The matrix role has no namespace in the example (the matrix is a file there).
