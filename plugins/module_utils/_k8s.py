@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     ResourceRef,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import LeaseKeeper, LeaseSettings, StageLease
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import forbidden_detail
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import THIS_CONTROLLER
 
 try:
@@ -199,6 +200,13 @@ class KubeApi:
             headers = _create_headers(None, **auth_params)
         except (kubernetes.config.ConfigException, OSError, ValueError, TypeError) as err:
             raise InvalidInputError(f"Cannot build a Kubernetes client from the connection options: {err}") from err
+        if auth.get("api_key"):
+            # The token given wins over the kubeconfig user's: the kubeconfig loader re-sets its own token
+            # before every request (refresh_api_key_hook), which would silently run a least-privilege
+            # account's work with the kubeconfig's identity.
+            configuration.refresh_api_key_hook = None
+            configuration.api_key = {"BearerToken": f"Bearer {auth['api_key']}"}
+            configuration.api_key_prefix = {}
         api_client = kubernetes.client.ApiClient(configuration)
         for header, value in headers.items():
             api_client.set_default_header(header, ",".join(value) if isinstance(value, list) else value)
@@ -676,6 +684,10 @@ def _api_error(method: str, path: str, status: int, payload: Any, *, attempts: i
         message = payload.decode("utf-8", "replace")[:500] if isinstance(payload, bytes) else str(payload)[:500]
     text = message or reason or "no message"
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    if status == 403:
+        # Say which rule is missing and which shipped ClusterRole carries it, as the permission preflight does.
+        detail = forbidden_detail(method, path)
+        text = f"{text} ({detail})" if detail else text
     return KubeApiError(
         f"{method} {path} answered {status}: {text}{tries}",
         status=status,

@@ -1,0 +1,89 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""The filter rbac_objects of roles/rbac (documented in rbac_objects.yml beside this file)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+BOUND_IN = "gpufleet.io/bound-in"
+# Which account each shipped ClusterRole is for, by its name.
+_ACCOUNT_OF = (("gpufleet-audit", "audit"), ("gpufleet-validate-scc", "scc"), ("gpufleet-upgrade", "upgrade"))
+
+
+def _account_for(role_name):
+    for prefix, account in _ACCOUNT_OF:
+        if role_name.startswith(prefix):
+            return account
+    raise AnsibleFilterError(f"rbac_objects: ClusterRole {role_name} is not one the collection ships")
+
+
+def _meta(name, namespace=""):
+    meta = {"name": name, "labels": {"app.kubernetes.io/part-of": "gpufleet.upgrade"}}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def rbac_objects(cluster_roles, accounts, namespaces, create_accounts=True):
+    """The ServiceAccounts, ClusterRoles and bindings to apply, in that order (reverse it to remove them).
+
+    ``accounts`` maps audit, upgrade and scc to {name, namespace}; ``namespaces`` the namespace keys of the
+    RoleBindings (an empty one binds nothing).
+    """
+    documents = []
+    for document in cluster_roles or []:
+        # The shipped files hold one kind: List each.
+        if isinstance(document, dict) and document.get("kind") == "List":
+            documents += document.get("items") or []
+        else:
+            documents.append(document)
+    roles = [role for role in documents if isinstance(role, dict) and role.get("kind") == "ClusterRole"]
+    used = []
+    bindings = []
+    for role in roles:
+        name = role["metadata"]["name"]
+        account_key = _account_for(name)
+        account = (accounts or {}).get(account_key) or {}
+        if not account.get("name") or not account.get("namespace"):
+            raise AnsibleFilterError(f"rbac_objects: no account (name and namespace) for {account_key} ({name})")
+        if account_key not in used:
+            used.append(account_key)
+        subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+        scope = ((role["metadata"].get("annotations") or {}).get(BOUND_IN)) or "cluster"
+        if scope == "cluster":
+            bindings.append(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": _meta(name),
+                    "roleRef": ref,
+                    "subjects": [subject],
+                }
+            )
+            continue
+        namespace = "default" if scope == "node_events" else str((namespaces or {}).get(scope) or "")
+        if namespace:
+            bindings.append(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": _meta(name, namespace),
+                    "roleRef": ref,
+                    "subjects": [subject],
+                }
+            )
+    service_accounts = []
+    if create_accounts:
+        for key in used:
+            account = accounts[key]
+            service_accounts.append(
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(account["name"], account["namespace"])}
+            )
+    return service_accounts + roles + bindings
+
+
+class FilterModule:
+    def filters(self):
+        return {"rbac_objects": rbac_objects}

@@ -1,0 +1,559 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""Which Kubernetes permissions each playbook, stage and component group needs (collection-internal).
+
+The one table of the collection's RBAC, pure data: the permission preflight
+(``permission_check``) asks the API for exactly these before a stage's first
+write, a 403 that still happens is explained from it (``forbidden_detail``),
+the shipped ``rbac/`` manifests grant exactly these (checked by a unit test)
+and docs/security.md lists them (checked by the same test).
+
+Each *step* is something a task or module does (read the ledger, label the
+canary, run the gates...), derived from the API calls of the module_utils and
+the kubernetes.core tasks of the roles. Each grant names the shipped
+ClusterRole that carries it; a ClusterRole is bound either cluster-wide
+(ClusterRoleBinding) or in one namespace (RoleBinding), so the namespaced
+work (the ledger, the gate Jobs, the operators' own objects) is granted only
+where it happens. Verbs are kube-apiserver's: ``get`` reads one object by
+name, ``list`` a collection (kubernetes.core's ``k8s_info`` without a name),
+``patch``/``update``/``create``/``delete`` write; ``state: patched`` of
+kubernetes.core's ``k8s`` reads the object first (``get``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+# Where a ClusterRole is bound: cluster-wide, or in the namespace of one of these keys.
+CLUSTER = "cluster"
+LEDGER = "ledger"  # the ledger ConfigMap, the stage Lease and the gate Jobs (upgrade_namespace)
+GPU_OPERATOR = "gpu_operator"  # the GPU Operator's namespace (its ClusterPolicy's status.namespace)
+NETWORK_OPERATOR = "network_operator"  # network_operator_namespace
+SRIOV_OPERATOR = "sriov_operator"  # sriov_operator_namespace
+NODE_EVENTS = "node_events"  # Events about Nodes (cluster-scoped objects) live in "default"
+MATRIX = "matrix"  # the namespace of the matrix ConfigMap the audit may read
+
+NAMESPACE_KEYS = (LEDGER, GPU_OPERATOR, NETWORK_OPERATOR, SRIOV_OPERATOR, NODE_EVENTS, MATRIX)
+# Namespaces that are fixed wherever the collection runs.
+FIXED_NAMESPACES = {NODE_EVENTS: "default"}
+
+PLAYBOOKS = ("audit", "upgrade")
+STAGES = ("canary", "bake", "promote", "rollback")
+GROUPS = ("gpu_operator", "network_operator", "firmware", "openshift", "sriov_operator")
+# Optional paths a run may take; each adds the steps named in FEATURE_STEPS.
+FEATURES = ("matrix_configmap", "nvidiadriver", "rollback_on_bake_failure")
+
+
+@dataclass(frozen=True)
+class ClusterRoleInfo:
+    """A ClusterRole shipped in rbac/, and where it is bound."""
+
+    name: str
+    scope: str  # CLUSTER, or the namespace key of its RoleBinding
+    manifest: str  # file under rbac/
+    summary: str
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Verbs on one resource (``pods/eviction`` names a subresource), carried by one ClusterRole."""
+
+    role: str
+    verbs: Tuple[str, ...]
+    group: str
+    resource: str
+    resource_names: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One thing to ask the API (SelfSubjectAccessReview), with the ClusterRole that grants it and why."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    namespace: str  # "" for cluster scope (and "in every namespace")
+    role: str
+    steps: Tuple[str, ...]
+
+    def describe(self) -> str:
+        what = self.resource + (f"/{self.subresource}" if self.subresource else "")
+        where = f'in namespace "{self.namespace}"' if self.namespace else "at the cluster scope"
+        return f'{self.verb} {what} in API group "{self.group}" {where}'
+
+    def as_dict(self) -> Dict[str, object]:
+        return {
+            "verb": self.verb,
+            "group": self.group,
+            "resource": self.resource,
+            "subresource": self.subresource,
+            "namespace": self.namespace,
+            "cluster_role": self.role,
+            "steps": list(self.steps),
+        }
+
+
+AUDIT_ROLE = "gpufleet-audit"
+AUDIT_MATRIX_ROLE = "gpufleet-audit-matrix"
+UPGRADE_ROLE = "gpufleet-upgrade"
+LEDGER_ROLE = "gpufleet-upgrade-ledger"
+NODE_EVENTS_ROLE = "gpufleet-upgrade-node-events"
+GPU_OPERATOR_ROLE = "gpufleet-upgrade-gpu-operator"
+NETWORK_OPERATOR_ROLE = "gpufleet-upgrade-network-operator"
+SRIOV_OPERATOR_ROLE = "gpufleet-upgrade-sriov-operator"
+
+CLUSTER_ROLES: Tuple[ClusterRoleInfo, ...] = (
+    ClusterRoleInfo(AUDIT_ROLE, CLUSTER, "audit.yaml", "audit.yml: read the cluster the drift audit compares"),
+    ClusterRoleInfo(
+        AUDIT_MATRIX_ROLE, MATRIX, "audit.yaml", "audit.yml: read the matrix ConfigMap (audit_matrix_configmap_name)"
+    ),
+    ClusterRoleInfo(UPGRADE_ROLE, CLUSTER, "upgrade.yaml", "upgrade.yml: nodes, evictions and the operators' CRs"),
+    ClusterRoleInfo(LEDGER_ROLE, LEDGER, "upgrade.yaml", "upgrade.yml: ledger, stage Lease and gate Jobs"),
+    ClusterRoleInfo(NODE_EVENTS_ROLE, NODE_EVENTS, "upgrade.yaml", "upgrade.yml: Events about Nodes"),
+    ClusterRoleInfo(GPU_OPERATOR_ROLE, GPU_OPERATOR, "upgrade.yaml", "upgrade.yml: the GPU Operator's OLM objects"),
+    ClusterRoleInfo(NETWORK_OPERATOR_ROLE, NETWORK_OPERATOR, "upgrade.yaml", "upgrade.yml: the MOFED pods"),
+    ClusterRoleInfo(SRIOV_OPERATOR_ROLE, SRIOV_OPERATOR, "upgrade.yaml", "upgrade.yml: the SR-IOV operator"),
+)
+ROLES_BY_NAME = {info.name: info for info in CLUSTER_ROLES}
+
+# Not the automation account's: what the gate pods' ServiceAccount (validate_service_account) needs on
+# OpenShift when validate_privileged is true (ibstat, nvidia-smi ECC counters, dmesg and DCGM run privileged,
+# and only the "privileged" SecurityContextConstraints admits a privileged container). Bound by a RoleBinding
+# in the ledger namespace; with validate_privileged false, the default restricted-v2 admits the gates.
+VALIDATE_SCC_ROLE = "gpufleet-validate-scc"
+POD_CLUSTER_ROLES: Tuple[ClusterRoleInfo, ...] = (
+    ClusterRoleInfo(
+        VALIDATE_SCC_ROLE, LEDGER, "openshift-scc.yaml", "OpenShift: the gate pods may run privileged (not the caller)"
+    ),
+)
+POD_GRANTS: Tuple[Tuple[str, Grant], ...] = (
+    (
+        "validate_gates (privileged gate containers: ibstat, nvidia-smi, dmesg, dcgmi)",
+        Grant(
+            role=VALIDATE_SCC_ROLE,
+            verbs=("use",),
+            group="security.openshift.io",
+            resource="securitycontextconstraints",
+            resource_names=("privileged",),
+        ),
+    ),
+)
+
+_R = ("get",)
+_L = ("list",)
+
+
+def _g(role: str, verbs: Sequence[str], group: str, resource: str) -> Grant:
+    return Grant(role=role, verbs=tuple(verbs), group=group, resource=resource)
+
+
+# -- the steps -------------------------------------------------------------------------------------
+# step name -> (what the step is, the grants it needs). A step name says where it is (role/task or module).
+STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
+    "audit_cluster": (
+        "roles/audit: gpu_matrix_check audit (observe_cluster lists what the drift audit compares)",
+        (
+            _g(AUDIT_ROLE, _L, "", "nodes"),
+            _g(AUDIT_ROLE, _L, "", "pods"),
+            _g(AUDIT_ROLE, _L, "apps", "daemonsets"),
+            _g(AUDIT_ROLE, _L, "apps", "deployments"),
+            _g(AUDIT_ROLE, _L, "nvidia.com", "clusterpolicies"),
+            _g(AUDIT_ROLE, _L, "operators.coreos.com", "clusterserviceversions"),
+            _g(AUDIT_ROLE, _L, "config.openshift.io", "clusterversions"),
+            _g(AUDIT_ROLE, _L, "mellanox.com", "nicclusterpolicies"),
+        ),
+    ),
+    "audit_matrix_configmap": (
+        "roles/audit: gpu_matrix_check reads the matrix from a ConfigMap",
+        (_g(AUDIT_MATRIX_ROLE, _R, "", "configmaps"),),
+    ),
+    "upgrade_plan": (
+        "roles/upgrade main.yml: upgrade_ledger plan (the GPU nodes, the ledger ConfigMap)",
+        (
+            _g(UPGRADE_ROLE, _L, "", "nodes"),
+            _g(LEDGER_ROLE, _R, "", "configmaps"),
+        ),
+    ),
+    "upgrade_lease": (
+        "roles/upgrade main.yml: stage_lease takes, renews and releases the stage Lease",
+        (_g(LEDGER_ROLE, ("get", "create", "update"), "coordination.k8s.io", "leases"),),
+    ),
+    "upgrade_record": (
+        "roles/upgrade main.yml: upgrade_ledger record appends to the ledger ConfigMap",
+        (_g(LEDGER_ROLE, ("get", "create", "update"), "", "configmaps"),),
+    ),
+    "upgrade_canary_label": (
+        "roles/upgrade canary/promote/rollback.yml: label or unlabel the canary Node (kubernetes.core.k8s patched)",
+        (_g(UPGRADE_ROLE, ("get", "patch"), "", "nodes"),),
+    ),
+    "upgrade_sample": (
+        "roles/upgrade sample.yml: upgrade_ledger sample (GPU nodes and the pods using their GPUs)",
+        (
+            _g(UPGRADE_ROLE, _L, "", "nodes"),
+            _g(UPGRADE_ROLE, _L, "", "pods"),
+        ),
+    ),
+    "validate_gates": (
+        "roles/validate: validation_gate runs one Job per gate, reads its pod and log, deletes both",
+        (
+            _g(LEDGER_ROLE, ("create", "list", "delete"), "batch", "jobs"),
+            _g(LEDGER_ROLE, ("list", "delete"), "", "pods"),
+            _g(LEDGER_ROLE, _R, "", "pods/log"),
+        ),
+    ),
+    "gpu_operator_preflight": (
+        "roles/gpu_operator preflight.yml: clusterpolicy_upgrade preflight_only (read-only)",
+        (
+            _g(UPGRADE_ROLE, ("get", "list"), "nvidia.com", "clusterpolicies"),
+            _g(UPGRADE_ROLE, _L, "nvidia.com", "nvidiadrivers"),
+            _g(UPGRADE_ROLE, _R, "apiextensions.k8s.io", "customresourcedefinitions"),
+            _g(UPGRADE_ROLE, _L, "", "nodes"),
+            _g(UPGRADE_ROLE, _L, "", "pods"),
+            _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),
+            _g(UPGRADE_ROLE, _L, "machineconfiguration.openshift.io", "machineconfigpools"),
+            _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
+        ),
+    ),
+    "gpu_operator_operator": (
+        "roles/gpu_operator operator.yml, operator_olm.yml: move the operator through its OLM Subscription",
+        (
+            _g(UPGRADE_ROLE, ("get", "list"), "nvidia.com", "clusterpolicies"),
+            _g(GPU_OPERATOR_ROLE, ("get", "patch"), "operators.coreos.com", "subscriptions"),
+            _g(GPU_OPERATOR_ROLE, ("get", "patch"), "operators.coreos.com", "installplans"),
+            _g(GPU_OPERATOR_ROLE, _R, "operators.coreos.com", "clusterserviceversions"),
+            # operator_manifests.yml reads the operator Deployment when no Subscription exists.
+            _g(GPU_OPERATOR_ROLE, _R, "apps", "deployments"),
+        ),
+    ),
+    "gpu_operator_operands": (
+        "roles/gpu_operator operands.yml: pin the operand versions in the ClusterPolicy, wait for the DaemonSets",
+        (
+            _g(UPGRADE_ROLE, ("get", "list", "patch"), "nvidia.com", "clusterpolicies"),
+            _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
+        ),
+    ),
+    "gpu_operator_driver": (
+        "roles/gpu_operator driver.yml: clusterpolicy_upgrade drives the operator's upgrade controller",
+        (
+            _g(UPGRADE_ROLE, ("get", "list", "patch"), "nvidia.com", "clusterpolicies"),
+            _g(UPGRADE_ROLE, ("get", "list"), "nvidia.com", "nvidiadrivers"),
+            _g(UPGRADE_ROLE, _R, "apiextensions.k8s.io", "customresourcedefinitions"),
+            _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
+            _g(UPGRADE_ROLE, _L, "", "pods"),
+            _g(UPGRADE_ROLE, _L, "", "events"),
+            _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
+        ),
+    ),
+    "gpu_operator_nvidiadriver": (
+        "roles/gpu_operator driver.yml with canary_mode nvidiadriver: create, move and remove the canary NVIDIADriver",
+        (_g(UPGRADE_ROLE, ("create", "patch", "delete"), "nvidia.com", "nvidiadrivers"),),
+    ),
+    "network_operator_version": (
+        "roles/network_operator operator_version.yml: read the running operator Deployment",
+        (_g(NETWORK_OPERATOR_ROLE, _R, "apps", "deployments"),),
+    ),
+    "network_operator_mofed": (
+        "roles/network_operator mofed.yml: ofed_rolling_reload cordons, drains and reloads MOFED node by node",
+        (
+            _g(UPGRADE_ROLE, ("get", "list", "patch"), "mellanox.com", "nicclusterpolicies"),
+            _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
+            _g(UPGRADE_ROLE, _L, "", "pods"),
+            _g(UPGRADE_ROLE, ("create",), "", "pods/eviction"),
+            _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),
+            _g(UPGRADE_ROLE, _L, "", "events"),
+            _g(NODE_EVENTS_ROLE, ("create",), "", "events"),
+            _g(NETWORK_OPERATOR_ROLE, _L, "apps", "daemonsets"),
+            _g(NETWORK_OPERATOR_ROLE, ("delete",), "", "pods"),
+        ),
+    ),
+    "firmware_rollout": (
+        "roles/nic_firmware rollout.yml: nic_firmware_rollout cordons, drains, flashes through the BMC, uncordons",
+        (
+            _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
+            _g(UPGRADE_ROLE, _L, "", "pods"),
+            _g(UPGRADE_ROLE, ("create",), "", "pods/eviction"),
+            _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),
+            _g(NODE_EVENTS_ROLE, ("create",), "", "events"),
+        ),
+    ),
+    "openshift_preflight": (
+        "roles/openshift preflight.yml: clusterversion_update check (read-only)",
+        (
+            _g(UPGRADE_ROLE, _R, "config.openshift.io", "clusterversions"),
+            _g(UPGRADE_ROLE, _L, "machineconfiguration.openshift.io", "machineconfigpools"),
+            _g(UPGRADE_ROLE, _L, "", "nodes"),
+        ),
+    ),
+    "openshift_update": (
+        "roles/openshift canary/promote/rollback.yml: clusterversion_update, machineconfigpool, gpu_kernel_interlock",
+        (
+            _g(UPGRADE_ROLE, ("get", "patch"), "config.openshift.io", "clusterversions"),
+            _g(
+                UPGRADE_ROLE,
+                ("get", "list", "create", "patch", "delete"),
+                "machineconfiguration.openshift.io",
+                "machineconfigpools",
+            ),
+            _g(UPGRADE_ROLE, ("list", "patch"), "", "nodes"),
+            _g(UPGRADE_ROLE, _L, "nvidia.com", "clusterpolicies"),
+            _g(UPGRADE_ROLE, _L, "mellanox.com", "nicclusterpolicies"),
+            # gpu_kernel_interlock reads the driver-toolkit ImageStream in "openshift" (granted to every
+            # authenticated user by OpenShift's system:image-puller on that namespace) and builds in the
+            # GPU Operator's namespace.
+            _g(GPU_OPERATOR_ROLE, ("get", "create", "delete"), "", "pods"),
+        ),
+    ),
+    "sriov_operator_check": (
+        "roles/sriov_operator main.yml, check.yml: read the Subscription, operator, config daemon and node states",
+        (
+            _g(SRIOV_OPERATOR_ROLE, _R, "operators.coreos.com", "subscriptions"),
+            _g(SRIOV_OPERATOR_ROLE, _R, "apps", "deployments"),
+            _g(SRIOV_OPERATOR_ROLE, _R, "apps", "daemonsets"),
+            _g(SRIOV_OPERATOR_ROLE, _L, "sriovnetwork.openshift.io", "sriovnetworknodestates"),
+        ),
+    ),
+    "sriov_operator_upgrade": (
+        "roles/sriov_operator upgrade.yml: switch the channel, approve the InstallPlan, wait for the CSV",
+        (
+            _g(SRIOV_OPERATOR_ROLE, ("get", "patch"), "operators.coreos.com", "subscriptions"),
+            _g(SRIOV_OPERATOR_ROLE, ("get", "patch"), "operators.coreos.com", "installplans"),
+            _g(SRIOV_OPERATOR_ROLE, _R, "operators.coreos.com", "clusterserviceversions"),
+            _g(SRIOV_OPERATOR_ROLE, ("get", "patch"), "apps", "deployments"),
+        ),
+    ),
+}
+
+# Every stage of upgrade.yml plans, takes the Lease and records (a refused or failed one too).
+_UPGRADE_FRAME = ("upgrade_plan", "upgrade_lease", "upgrade_record")
+_VALIDATE = ("validate_gates",)
+
+# The component role's steps per group and action (roles/upgrade component.yml hands the action over).
+COMPONENT_STEPS: Dict[str, Dict[str, Tuple[str, ...]]] = {
+    "gpu_operator": {
+        "preflight": ("gpu_operator_preflight",),
+        "canary": ("gpu_operator_operator", "gpu_operator_operands", "gpu_operator_driver"),
+        "promote": ("gpu_operator_driver", "gpu_operator_operands"),
+        "rollback": ("gpu_operator_operator", "gpu_operator_driver", "gpu_operator_operands"),
+    },
+    "network_operator": {
+        "preflight": ("network_operator_version", "network_operator_mofed"),
+        "canary": ("network_operator_version", "network_operator_mofed"),
+        "promote": ("network_operator_mofed",),
+        "rollback": ("network_operator_version", "network_operator_mofed"),
+    },
+    "firmware": {
+        "preflight": ("firmware_rollout",),
+        "canary": ("firmware_rollout",),
+        "promote": ("firmware_rollout",),
+        "rollback": ("firmware_rollout",),
+    },
+    "openshift": {
+        "preflight": ("openshift_preflight",),
+        "canary": ("openshift_update",),
+        "promote": ("openshift_update",),
+        "rollback": ("openshift_update",),
+    },
+    "sriov_operator": {
+        "preflight": ("sriov_operator_check",),
+        "canary": ("sriov_operator_check", "sriov_operator_upgrade"),
+        "promote": ("sriov_operator_check", "sriov_operator_upgrade"),
+        "rollback": ("sriov_operator_check", "sriov_operator_upgrade"),
+    },
+}
+
+# Steps a feature adds, per group (None: whatever the group).
+FEATURE_STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
+    "matrix_configmap": {None: ("audit_matrix_configmap",)},
+    "nvidiadriver": {"gpu_operator": ("gpu_operator_nvidiadriver",)},
+}
+
+
+def steps_for(*, playbook: str, stage: str = "", group: str = "", features: Iterable[str] = ()) -> Tuple[str, ...]:
+    """The steps a run does, in order and without repeats. Pure; raises ValueError naming what is unknown."""
+    wanted = set(features)
+    unknown = sorted(wanted - set(FEATURES))
+    if unknown:
+        raise ValueError(f"unknown features {', '.join(unknown)} (known: {', '.join(FEATURES)})")
+    if playbook == "audit":
+        steps: List[str] = ["audit_cluster"]
+    elif playbook == "upgrade":
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(STAGES)} (got {stage!r})")
+        if group not in COMPONENT_STEPS:
+            raise ValueError(f"group must be one of {', '.join(COMPONENT_STEPS)} (got {group!r})")
+        component = COMPONENT_STEPS[group]
+        steps = list(_UPGRADE_FRAME)
+        if stage == "canary":
+            steps += [*component["preflight"], "upgrade_canary_label", *component["canary"], *_VALIDATE]
+        elif stage == "bake":
+            steps += list(_VALIDATE)
+            if "rollback_on_bake_failure" in wanted:
+                steps += [*component["rollback"], "upgrade_canary_label"]
+        elif stage == "promote":
+            steps += [*component["preflight"], *component["promote"], "upgrade_sample", *_VALIDATE]
+            steps += ["upgrade_canary_label"]
+        else:
+            steps += [*component["rollback"], "upgrade_canary_label", "upgrade_sample", *_VALIDATE]
+    else:
+        raise ValueError(f"playbook must be one of {', '.join(PLAYBOOKS)} (got {playbook!r})")
+    for feature in sorted(wanted):
+        by_group = FEATURE_STEPS.get(feature, {})
+        steps += list(by_group.get(None, ())) + list(by_group.get(group, ()) if group else ())
+    return tuple(dict.fromkeys(steps))
+
+
+def split_resource(resource: str) -> Tuple[str, str]:
+    """``pods/eviction`` -> (``pods``, ``eviction``)."""
+    name, _sep, sub = resource.partition("/")
+    return name, sub
+
+
+def permissions_for(steps: Sequence[str], *, namespaces: Mapping[str, str]) -> List[Permission]:
+    """Every (verb, group, resource, namespace) the steps need, once each, with its ClusterRole and steps.
+
+    ``namespaces`` maps each namespace key the steps' ClusterRoles are bound
+    in to the cluster's namespace; a missing key is a ValueError naming it.
+    """
+    found: Dict[Tuple[str, str, str, str, str], Tuple[str, List[str]]] = {}
+    for step in steps:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}")
+        for grant in STEPS[step][1]:
+            scope = ROLES_BY_NAME[grant.role].scope
+            namespace = ""
+            if scope != CLUSTER:
+                namespace = FIXED_NAMESPACES.get(scope) or str(namespaces.get(scope) or "")
+                if not namespace:
+                    raise ValueError(f"step {step} needs the {scope} namespace, which was not given")
+            resource, sub = split_resource(grant.resource)
+            for verb in grant.verbs:
+                key = (verb, grant.group, resource, sub, namespace)
+                used_by = found.setdefault(key, (grant.role, []))[1]
+                if step not in used_by:
+                    used_by.append(step)
+    return [
+        Permission(
+            verb=verb, group=group, resource=resource, subresource=sub, namespace=ns, role=role, steps=tuple(steps_)
+        )
+        for (verb, group, resource, sub, ns), (role, steps_) in found.items()
+    ]
+
+
+def namespace_keys_for(steps: Sequence[str]) -> FrozenSet[str]:
+    """The namespace keys the steps need resolved (besides the fixed ones)."""
+    return frozenset(
+        ROLES_BY_NAME[grant.role].scope
+        for step in steps
+        for grant in STEPS[step][1]
+        if ROLES_BY_NAME[grant.role].scope not in (CLUSTER, *FIXED_NAMESPACES)
+    )
+
+
+def grants_by_role() -> Dict[str, Dict[Tuple[str, str], Dict[str, List[str]]]]:
+    """ClusterRole -> (group, resource) -> verb -> the steps needing it: what rbac/ must grant."""
+    table: Dict[str, Dict[Tuple[str, str], Dict[str, List[str]]]] = {info.name: {} for info in CLUSTER_ROLES}
+    for step, (_what, grants) in STEPS.items():
+        for grant in grants:
+            verbs = table[grant.role].setdefault((grant.group, grant.resource), {})
+            for verb in grant.verbs:
+                verbs.setdefault(verb, [])
+                if step not in verbs[verb]:
+                    verbs[verb].append(step)
+    return table
+
+
+def refusal_message(missing: Sequence[Permission], *, what: str) -> str:
+    """The message of a refused run: each missing permission and the ClusterRole (and binding) that grants it."""
+    lines = []
+    for item in missing:
+        info = ROLES_BY_NAME[item.role]
+        binding = "a ClusterRoleBinding" if info.scope == CLUSTER else f'a RoleBinding in namespace "{item.namespace}"'
+        lines.append(
+            f"{item.describe()} (needed by {', '.join(item.steps)}; granted by ClusterRole {item.role} "
+            f"in rbac/{info.manifest} through {binding})"
+        )
+    return f"{what}: the credentials lack {len(missing)} permission(s), so nothing was changed: " + "; ".join(lines)
+
+
+# -- 403s ------------------------------------------------------------------------------------------
+_VERBS_BY_METHOD = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def request_attributes(
+    method: str, path: str, *, query: Optional[Mapping[str, object]] = None
+) -> Optional[Dict[str, str]]:
+    """The authorization attributes of a resource request (as kube-apiserver's RequestInfoFactory derives them).
+
+    Pure; None for a path that is not a resource request (``/version``...).
+    """
+    parts = [part for part in path.split("?", 1)[0].strip("/").split("/") if part]
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    namespace = ""
+    # /namespaces/<ns>/<resource>/... is namespaced; /namespaces and /namespaces/<name> are the Namespace kind.
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest:
+        return None
+    resource = rest[0]
+    name = rest[1] if len(rest) > 1 else ""
+    subresource = rest[2] if len(rest) > 2 else ""
+    method = method.upper()
+    if method == "GET":
+        watching = str((query or {}).get("watch") or "").lower() in ("1", "true")
+        verb = "watch" if watching else ("get" if name else "list")
+    elif method == "DELETE" and not name:
+        verb = "deletecollection"
+    else:
+        verb = _VERBS_BY_METHOD.get(method, method.lower())
+    return {
+        "verb": verb,
+        "group": group,
+        "resource": resource,
+        "subresource": subresource,
+        "namespace": namespace,
+        "name": name,
+    }
+
+
+def roles_granting(*, verb: str, group: str, resource: str, subresource: str = "") -> List[ClusterRoleInfo]:
+    """The shipped ClusterRoles that grant the verb on the resource, in table order."""
+    wanted = resource + (f"/{subresource}" if subresource else "")
+    names = {
+        grant.role
+        for _what, grants in STEPS.values()
+        for grant in grants
+        if grant.group == group and grant.resource == wanted and verb in grant.verbs
+    }
+    return [info for info in CLUSTER_ROLES if info.name in names]
+
+
+def forbidden_detail(method: str, path: str, *, query: Optional[Mapping[str, object]] = None) -> str:
+    """What a 403 on this request lacks, worded like the preflight's refusal, and where it is granted."""
+    attributes = request_attributes(method, path, query=query)
+    if attributes is None:
+        return ""
+    what = attributes["resource"] + (f"/{attributes['subresource']}" if attributes["subresource"] else "")
+    where = f'in namespace "{attributes["namespace"]}"' if attributes["namespace"] else "at the cluster scope"
+    roles = roles_granting(
+        verb=attributes["verb"],
+        group=attributes["group"],
+        resource=attributes["resource"],
+        subresource=attributes["subresource"],
+    )
+    if roles:
+        granted = "; check ClusterRole " + " or ".join(
+            f"{info.name} (rbac/{info.manifest}, "
+            + ("bound by a ClusterRoleBinding" if info.scope == CLUSTER else "bound by a RoleBinding there")
+            + ")"
+            for info in roles
+        )
+    else:
+        granted = "; no ClusterRole shipped in rbac/ grants it (the collection does not expect to need it)"
+    return f'missing permission: {attributes["verb"]} {what} in API group "{attributes["group"]}" {where}{granted}'

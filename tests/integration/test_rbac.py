@@ -1,0 +1,253 @@
+"""Least privilege on the twin (issue 24): the shipped rbac/ roles, bound to ServiceAccounts, are sufficient and
+minimal, and the permission preflight names what a token lacks before anything is written.
+
+The twin enforces RBAC as kube-apiserver's authorizer does and authenticates ServiceAccount tokens from
+TokenRequest. Each test applies the shipped roles with playbooks/rbac.yml (as the administrator), takes a token of
+the account (``kubectl create token``) and runs the playbook with it in ``K8S_AUTH_API_KEY``, as an AWX bearer token
+credential injects it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+
+from .conftest import PlaybookRun, kubectl, run_playbook
+from .test_upgrade_flow import CANARY, EXAMPLE, NAMESPACE, NEW_DRIVER, OLD_DRIVER, cluster_ledger, drivers, writes
+
+pytestmark = pytest.mark.slow
+
+ACCOUNTS = "gpufleet"
+NAMESPACES = {
+    "ledger": NAMESPACE,
+    "gpu_operator": NAMESPACE,
+    "network_operator": "nvidia-network-operator",
+    "sriov_operator": "openshift-sriov-network-operator",
+    "matrix": "",
+}
+
+
+@pytest.fixture
+def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
+    shutil.copy(EXAMPLE, tmp_path / "matrix.yaml")
+    return tmp_path
+
+
+def apply_shipped_roles(twin) -> None:
+    run = run_playbook("playbooks/rbac.yml", twin=twin, extra_vars={"rbac_namespaces": NAMESPACES})
+    assert run.returncode == 0, run.output[-4000:]
+
+
+def token_of(twin, account: str) -> str:
+    # The twin's clock runs 600 times faster: a token of the default hour would expire within seconds.
+    return kubectl(twin, "create", "token", account, "-n", ACCOUNTS, "--duration", "8760h").strip()
+
+
+def account_env(twin, token: str) -> dict:
+    """What an AWX bearer token credential injects: host, token and CA, no kubeconfig."""
+    return {
+        "K8S_AUTH_HOST": twin.api_url,
+        "K8S_AUTH_API_KEY": token,
+        "K8S_AUTH_SSL_CA_CERT": twin.companion["ca_file"],
+    }
+
+
+def run_as(twin, token: str, playbook: str, **kwargs) -> PlaybookRun:
+    """ansible-playbook with only the account's credentials in the environment (not the twin's kubeconfig)."""
+    return run_playbook(playbook, twin=None, environment=account_env(twin, token), **kwargs)
+
+
+def raw_request(twin, token: str, method: str, path: str, body: dict) -> tuple:
+    """(status, decoded body) of one API request with the token, nothing read first (kubectl GETs before it writes)."""
+    request = urllib.request.Request(
+        twin.api_url + path,
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"},
+    )
+    context = ssl.create_default_context(cafile=twin.companion["ca_file"])
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def kubectl_as(twin, token: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """kubectl with the twin's kubeconfig (server, CA) and another bearer token (empty: the administrator's)."""
+    command = ["kubectl", "--kubeconfig", str(twin.kubeconfig)] + (["--token", token] if token else []) + list(args)
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60, check=False)
+
+
+def stage_as(twin, workspace: pathlib.Path, stage: str, token: str, **extra) -> PlaybookRun:
+    """playbooks/upgrade.yml as test_upgrade_flow runs it, with the account's token."""
+    variables = {
+        "stage": stage,
+        "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+        "upgrade_report_dir": str(workspace / "reports"),
+        "upgrade_wait_timeout": 900,
+        "validate_wait_sleep": 0.5,
+        "gpu_operator_wait_sleep": 1,
+        **extra,
+    }
+    return run_as(twin, token, "playbooks/upgrade.yml", extra_vars=variables, timeout=600)
+
+
+def without_verb(twin, cluster_role: str, *, group: str, resource: str, verb: str) -> dict:
+    """Take one verb out of the ClusterRole's rule for the resource (an administrator's slip); returns the original."""
+    original = json.loads(kubectl(twin, "get", "clusterrole", cluster_role, "-o", "json"))
+    role = json.loads(json.dumps(original))
+    matching = [rule for rule in role["rules"] if group in rule["apiGroups"] and resource in rule["resources"]]
+    assert matching and all(verb in rule["verbs"] for rule in matching), (cluster_role, group, resource, verb)
+    for rule in matching:
+        rule["verbs"] = [item for item in rule["verbs"] if item != verb]
+    role["rules"] = [rule for rule in role["rules"] if rule["verbs"]]
+    replaced = kubectl_as(twin, "", "replace", "-f", "-", stdin=json.dumps(role))
+    assert replaced.returncode == 0, replaced.stderr
+    return original
+
+
+def restore(twin, original: dict) -> None:
+    current = json.loads(kubectl(twin, "get", "clusterrole", original["metadata"]["name"], "-o", "json"))
+    original = dict(
+        original, metadata=dict(original["metadata"], resourceVersion=current["metadata"]["resourceVersion"])
+    )
+    replaced = kubectl_as(twin, "", "replace", "-f", "-", stdin=json.dumps(original))
+    assert replaced.returncode == 0, replaced.stderr
+
+
+def test_audit_with_the_read_only_account_succeeds_and_its_writes_are_refused(fresh_twin, workspace):
+    twin = fresh_twin
+    apply_shipped_roles(twin)
+    token = token_of(twin, "gpufleet-audit")
+    twin.admin("POST", "report/reset")
+    audit = run_as(
+        twin,
+        token,
+        "playbooks/audit.yml",
+        extra_vars={"audit_matrix_file": str(workspace / "matrix.yaml"), "audit_output_dir": str(workspace / "audit")},
+    )
+    assert audit.returncode == 0, audit.output[-4000:]
+    assert json.loads((workspace / "audit" / "audit.json").read_text())["drift"]["nodes_with_drift"] == []
+    served = twin.report()["requests"]
+    assert served["by_code"].get("403", 0) == 0, served  # nothing the audit reads is refused
+    assert writes(twin) == {}
+
+    # The audit token cannot write: the API answers 403 in kube-apiserver's words.
+    status, answer = raw_request(
+        twin, token, "PATCH", f"/api/v1/nodes/{CANARY}", {"metadata": {"labels": {"gpufleet.io/touched": "yes"}}}
+    )
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert answer["message"] == (
+        f'nodes "{CANARY}" is forbidden: User "system:serviceaccount:{ACCOUNTS}:gpufleet-audit" cannot patch '
+        'resource "nodes" in API group "" at the cluster scope'
+    )
+    assert kubectl_as(twin, token, "auth", "can-i", "patch", "nodes").stdout.strip() == "no"
+    assert "gpufleet.io/touched" not in kubectl(twin, "get", "node", CANARY, "--show-labels")
+
+    # The upgrade with the audit token: its first read the account lacks (the ledger, read to plan the stage) is
+    # refused by the API, and the collection names the rule and the ClusterRole; nothing is written.
+    twin.admin("POST", "report/reset")
+    canary = stage_as(twin, workspace, "canary", token)
+    assert canary.returncode != 0
+    assert f'missing permission: get configmaps in API group "" in namespace "{NAMESPACE}"' in canary.output
+    assert "gpufleet-upgrade-ledger (rbac/upgrade.yaml, bound by a RoleBinding there)" in canary.output
+    assert writes(twin) == {}
+    assert cluster_ledger(twin) == []
+
+
+def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspace):
+    twin = fresh_twin
+    apply_shipped_roles(twin)
+    without_verb(twin, "gpufleet-audit", group="apps", resource="daemonsets", verb="list")
+    audit = run_as(
+        twin,
+        token_of(twin, "gpufleet-audit"),
+        "playbooks/audit.yml",
+        extra_vars={"audit_matrix_file": str(workspace / "matrix.yaml"), "audit_output_dir": str(workspace / "audit")},
+    )
+    assert audit.returncode != 0
+    # The module's own 403, explained, then the preflight's list.
+    assert 'missing permission: list daemonsets in API group "apps" at the cluster scope' in audit.output
+    assert "check ClusterRole gpufleet-audit (rbac/audit.yaml, bound by a ClusterRoleBinding)" in audit.output
+    assert "the credentials lack 1 permission(s)" in audit.output
+    assert "granted by ClusterRole gpufleet-audit in rbac/audit.yaml" in audit.output
+
+
+def test_gpu_operator_canary_refused_without_one_rule_then_succeeds_with_the_shipped_role(fresh_twin, workspace):
+    twin = fresh_twin
+    apply_shipped_roles(twin)
+    token = token_of(twin, "gpufleet-upgrade")
+
+    # One rule short: the preflight names it and the ClusterRole; the recorder shows no write at all.
+    original = without_verb(twin, "gpufleet-upgrade", group="", resource="nodes", verb="patch")
+    twin.admin("POST", "report/reset")
+    refused = stage_as(twin, workspace, "canary", token)
+    assert refused.returncode != 0
+    assert "the credentials lack 1 permission(s), so nothing was changed" in refused.output
+    assert 'patch nodes in API group "" at the cluster scope' in refused.output
+    assert "granted by ClusterRole gpufleet-upgrade in rbac/upgrade.yaml through a ClusterRoleBinding" in refused.output
+    assert writes(twin) == {}, "a run refused by the preflight writes nothing"
+    assert cluster_ledger(twin) == []
+    assert set(drivers(twin).values()) == {OLD_DRIVER}
+
+    # Check mode with the shipped role: the preflight passes and nothing is written.
+    restore(twin, original)
+    twin.admin("POST", "report/reset")
+    check = run_as(
+        twin,
+        token,
+        "playbooks/upgrade.yml",
+        extra_vars={
+            "stage": "canary",
+            "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+            "upgrade_report_dir": str(workspace / "check-reports"),
+        },
+        check=True,
+    )
+    # The preflight runs in check mode too and passes; the check-mode canary goes on as far as check mode can
+    # (its driver step needs the canary label, which check mode does not write) and writes nothing.
+    assert (
+        "TASK [gpufleet.upgrade.upgrade : Check the credentials may do everything this stage will do]" in check.output
+    )
+    assert "the credentials lack" not in check.output, check.output[-4000:]
+    assert writes(twin) == {}
+
+    # The shipped role is enough for the whole canary, and nothing it does is refused.
+    twin.admin("POST", "report/reset")
+    canary = stage_as(twin, workspace, "canary", token)
+    assert canary.returncode == 0, canary.output[-6000:]
+    assert "Stage canary: success" in canary.output
+    assert twin.report()["requests"]["by_code"].get("403", 0) == 0, twin.report()["requests"]
+    found = drivers(twin)
+    assert found[CANARY] == NEW_DRIVER
+    (entry,) = cluster_ledger(twin)
+    assert (entry["stage"], entry["outcome"]) == ("canary", "success")
+
+
+def test_network_operator_mofed_canary_succeeds_with_the_shipped_role(fresh_twin, tmp_path):
+    from .test_network_operator_failures import NEW_MOFED, mofed_matrix
+    from .test_ofed_rolling_reload import mofed_ready, mofed_versions, pinned_secondary_network_app
+
+    twin = fresh_twin
+    mofed_matrix(tmp_path)
+    mofed_ready(twin)
+    # A pod on the canary using the RDMA network: the MOFED reload evicts it (pods/eviction across namespaces).
+    pinned_secondary_network_app(twin, CANARY, min_available=0)
+    apply_shipped_roles(twin)
+    token = token_of(twin, "gpufleet-upgrade")
+    twin.admin("POST", "report/reset")
+    canary = stage_as(twin, tmp_path, "canary", token, network_operator_wait_sleep=0.3)
+    assert canary.returncode == 0, canary.output[-6000:]
+    assert "Stage canary: success" in canary.output
+    served = twin.report()["requests"]
+    assert served["by_code"].get("403", 0) == 0, served
+    assert served["by_verb_resource"].get("create pods/eviction", 0) > 0, served
+    assert mofed_versions(twin)[CANARY] == NEW_MOFED

@@ -1,0 +1,354 @@
+"""The one permission table against the shipped rbac/ manifests, docs/security.md and the 403 wording."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import pytest
+import yaml
+
+from ansible_collections.gpufleet.upgrade.plugins.filter.rbac import rbac_objects
+from ansible_collections.gpufleet.upgrade.plugins.module_utils import _permissions as table
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import _api_error
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check import (
+    PermissionRequest,
+    access_review,
+    check_permissions,
+)
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
+RBAC = ROOT / "rbac"
+NAMESPACES = {
+    "ledger": "nvidia-gpu-operator",
+    "gpu_operator": "nvidia-gpu-operator",
+    "network_operator": "nvidia-network-operator",
+    "sriov_operator": "openshift-sriov-network-operator",
+    "matrix": "gpu-operator",
+}
+
+
+def _manifest_docs():
+    docs = []
+    for path in sorted(RBAC.glob("*.yaml")):
+        if path.name != "example-bindings.yaml":
+            docs += [(path.name, doc) for doc in _items(path)]
+    return docs
+
+
+def _items(path):
+    """The objects of a manifest file: one ``kind: List`` document (ansible-test's yamllint wants one per file)."""
+    (document,) = list(yaml.safe_load_all(path.read_text()))
+    assert document["kind"] == "List"
+    return document["items"]
+
+
+def _granted_by_manifests():
+    """(ClusterRole, group, resource, resourceNames, verb) for every rule of every shipped ClusterRole."""
+    found = set()
+    for _name, doc in _manifest_docs():
+        if doc["kind"] != "ClusterRole":
+            continue
+        for rule in doc["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        found.add(
+                            (doc["metadata"]["name"], group, resource, tuple(rule.get("resourceNames", ())), verb)
+                        )
+    return found
+
+
+def _granted_by_table():
+    found = set()
+    for _what, grants in table.STEPS.values():
+        for grant in grants:
+            found |= {(grant.role, grant.group, grant.resource, grant.resource_names, verb) for verb in grant.verbs}
+    for _why, grant in table.POD_GRANTS:
+        found |= {(grant.role, grant.group, grant.resource, grant.resource_names, verb) for verb in grant.verbs}
+    return found
+
+
+def test_the_manifests_grant_exactly_what_the_table_needs():
+    granted = _granted_by_manifests()
+    needed = _granted_by_table()
+    assert sorted(granted - needed) == [], "granted by rbac/ but needed by no step"
+    assert sorted(needed - granted) == [], "needed by a step but granted by no manifest"
+
+
+def test_every_clusterrole_is_in_the_table_with_its_binding_scope_and_file():
+    shipped = {info.name: info for info in (*table.CLUSTER_ROLES, *table.POD_CLUSTER_ROLES)}
+    seen = {}
+    for file_name, doc in _manifest_docs():
+        assert doc["kind"] == "ClusterRole", f"{file_name} holds a {doc['kind']}: rbac/ ships ClusterRoles only"
+        name = doc["metadata"]["name"]
+        seen[name] = (file_name, doc["metadata"]["annotations"]["gpufleet.io/bound-in"])
+    assert seen == {name: (info.manifest, info.scope) for name, info in shipped.items()}
+
+
+def test_every_rule_has_a_comment_saying_which_step_needs_it():
+    steps = set(table.STEPS)
+    for path in sorted(RBAC.glob("*.yaml")):
+        lines = path.read_text().splitlines()
+        for index, line in enumerate(lines):
+            if line.strip().startswith("- apiGroups:"):
+                comment = lines[index - 1].strip()
+                assert comment.startswith("#"), f"{path.name}:{index + 1}: a rule without a comment"
+                block = []
+                back = index - 1
+                while back >= 0 and lines[back].strip().startswith("#"):
+                    block.append(lines[back])
+                    back -= 1
+                text = " ".join(block)
+                assert any(step in text for step in steps), f"{path.name}:{index + 1}: the comment names no step"
+
+
+def test_the_manifests_and_the_docs_are_what_the_generator_writes():
+    spec = importlib.util.spec_from_file_location("rbac_manifests", ROOT / "scripts" / "rbac_manifests.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    for name, text in generator.render_manifests().items():
+        assert (RBAC / name).read_text() == text, f"rbac/{name} is stale: run scripts/rbac_manifests.py"
+    doc = (ROOT / "docs" / "security.md").read_text()
+    assert generator.render_doc_tables() in doc, "docs/security.md is stale: run scripts/rbac_manifests.py"
+
+
+def test_the_read_only_role_only_reads():
+    for role, _group, _resource, _names, verb in _granted_by_manifests():
+        if role.startswith("gpufleet-audit"):
+            assert verb in ("get", "list", "watch"), (role, verb)
+
+
+@pytest.mark.parametrize("group", table.GROUPS)
+@pytest.mark.parametrize("stage", table.STAGES)
+def test_every_stage_of_every_group_is_planned_with_the_frame_steps(stage, group):
+    steps = table.steps_for(playbook="upgrade", stage=stage, group=group)
+    assert steps[:3] == ("upgrade_plan", "upgrade_lease", "upgrade_record")
+    assert "validate_gates" in steps
+    permissions = table.permissions_for(steps, namespaces=NAMESPACES)
+    assert len({(p.verb, p.group, p.resource, p.subresource, p.namespace) for p in permissions}) == len(permissions)
+
+
+def test_the_gpu_operator_canary_needs_the_node_label_and_the_clusterpolicy_patch():
+    steps = table.steps_for(playbook="upgrade", stage="canary", group="gpu_operator")
+    permissions = {
+        (p.verb, p.group, p.resource, p.subresource, p.namespace): p
+        for p in table.permissions_for(steps, namespaces=NAMESPACES)
+    }
+    assert permissions[("patch", "", "nodes", "", "")].role == "gpufleet-upgrade"
+    assert permissions[("patch", "nvidia.com", "clusterpolicies", "", "")].steps == (
+        "gpu_operator_operands",
+        "gpu_operator_driver",
+    )
+    assert permissions[("create", "batch", "jobs", "", "nvidia-gpu-operator")].role == "gpufleet-upgrade-ledger"
+    # The canary moves no node through evictions: the GPU Operator's upgrade controller drains.
+    assert ("create", "", "pods", "eviction", "") not in permissions
+    # The NVIDIADriver writes only with the feature that uses it.
+    assert ("create", "nvidia.com", "nvidiadrivers", "", "") not in permissions
+    with_driver = table.steps_for(playbook="upgrade", stage="canary", group="gpu_operator", features=["nvidiadriver"])
+    assert "gpu_operator_nvidiadriver" in with_driver
+
+
+def test_a_bake_rolls_back_only_with_the_feature():
+    plain = table.steps_for(playbook="upgrade", stage="bake", group="gpu_operator")
+    assert "gpu_operator_driver" not in plain and "upgrade_canary_label" not in plain
+    rolling = table.steps_for(
+        playbook="upgrade", stage="bake", group="gpu_operator", features=["rollback_on_bake_failure"]
+    )
+    assert "gpu_operator_driver" in rolling and "upgrade_canary_label" in rolling
+
+
+def test_bad_input_names_what_is_wrong():
+    with pytest.raises(ValueError, match="stage must be one of"):
+        table.steps_for(playbook="upgrade", stage="soak", group="gpu_operator")
+    with pytest.raises(ValueError, match="group must be one of"):
+        table.steps_for(playbook="upgrade", stage="canary", group="storage")
+    with pytest.raises(ValueError, match="unknown features"):
+        table.steps_for(playbook="audit", features=["sudo"])
+    with pytest.raises(ValueError, match="needs the ledger namespace"):
+        table.permissions_for(("upgrade_lease",), namespaces={})
+
+
+def test_request_attributes_follow_the_apiserver():
+    attrs = table.request_attributes
+    assert attrs("PATCH", "/api/v1/nodes/gpu-worker-001")["verb"] == "patch"
+    assert attrs("GET", "/api/v1/nodes")["verb"] == "list"
+    assert attrs("GET", "/api/v1/nodes", query={"watch": "true"})["verb"] == "watch"
+    evict = attrs("POST", "/api/v1/namespaces/ml/pods/p-1/eviction")
+    assert (evict["verb"], evict["resource"], evict["subresource"], evict["namespace"]) == (
+        "create",
+        "pods",
+        "eviction",
+        "ml",
+    )
+    lease = attrs("PUT", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/gpufleet-upgrade")
+    assert (lease["verb"], lease["group"], lease["namespace"]) == ("update", "coordination.k8s.io", "ns")
+    namespace = attrs("GET", "/api/v1/namespaces/ml")
+    assert (namespace["verb"], namespace["resource"], namespace["namespace"]) == ("get", "namespaces", "")
+    assert attrs("GET", "/version") is None
+    assert attrs("DELETE", "/apis/batch/v1/namespaces/ns/jobs")["verb"] == "deletecollection"
+
+
+def test_a_403_from_the_api_names_the_rule_and_the_clusterrole():
+    body = (
+        b'{"kind":"Status","status":"Failure","reason":"Forbidden","code":403,"message":"nodes \\"gpu-worker-001\\" '
+        b'is forbidden: User \\"system:serviceaccount:gpufleet:audit\\" cannot patch resource \\"nodes\\" in API '
+        b'group \\"\\" at the cluster scope"}'
+    )
+    err = _api_error("PATCH", "/api/v1/nodes/gpu-worker-001", 403, body)
+    assert err.status == 403
+    assert "cannot patch resource" in err.msg  # the server's own words stay
+    assert 'missing permission: patch nodes in API group "" at the cluster scope' in err.msg
+    assert "check ClusterRole gpufleet-upgrade (rbac/upgrade.yaml, bound by a ClusterRoleBinding)" in err.msg
+    ledger = _api_error("POST", "/api/v1/namespaces/nvidia-gpu-operator/configmaps", 403, b"{}")
+    assert 'create configmaps in API group "" in namespace "nvidia-gpu-operator"' in ledger.msg
+    assert "gpufleet-upgrade-ledger (rbac/upgrade.yaml, bound by a RoleBinding there)" in ledger.msg
+    odd = _api_error("DELETE", "/api/v1/nodes/gpu-worker-001", 403, b"{}")
+    assert "no ClusterRole shipped in rbac/ grants it" in odd.msg
+    # Other statuses are left alone.
+    assert "missing permission" not in _api_error("PATCH", "/api/v1/nodes/x", 404, b"{}").msg
+
+
+class _ReviewingApi:
+    """Answers SelfSubjectAccessReviews from a set of allowed attribute tuples; records what it was asked."""
+
+    def __init__(self, allowed, *, policies=()):
+        self.allowed = allowed
+        self.asked = []
+        self.policies = list(policies)
+        self.requests_sent = 0
+
+    def create(self, ref, body, *, namespace=None, dry_run=False):
+        self.requests_sent += 1
+        assert ref.plural == "selfsubjectaccessreviews"
+        attrs = body["spec"]["resourceAttributes"]
+        key = (
+            attrs["verb"],
+            attrs["group"],
+            attrs["resource"],
+            attrs.get("subresource", ""),
+            attrs.get("namespace", ""),
+        )
+        self.asked.append(key)
+        return {"status": {"allowed": key in self.allowed}}
+
+    def list(self, ref, **kwargs):
+        self.requests_sent += 1
+        return self.policies
+
+
+def _all_needed(request):
+    steps = table.steps_for(playbook=request.playbook, stage=request.stage, group=request.group)
+    return {
+        (p.verb, p.group, p.resource, p.subresource, p.namespace)
+        for p in table.permissions_for(steps, namespaces={**NAMESPACES, **request.namespaces})
+    }
+
+
+def test_the_preflight_asks_once_per_permission_and_passes_when_all_are_allowed():
+    request = PermissionRequest(
+        playbook="upgrade", stage="canary", group="gpu_operator", namespaces={"ledger": "nvidia-gpu-operator"}
+    )
+    api = _ReviewingApi(_all_needed(request), policies=[{"status": {"namespace": "nvidia-gpu-operator"}}])
+    result = check_permissions(api, request)
+    assert result["missing"] == []
+    assert sorted(api.asked) == sorted(_all_needed(request))
+    assert result["namespaces"]["gpu_operator"] == "nvidia-gpu-operator"  # read from the ClusterPolicy
+
+
+def test_the_preflight_refuses_naming_each_missing_permission_and_its_clusterrole():
+    request = PermissionRequest(playbook="upgrade", stage="canary", group="gpu_operator", namespaces=dict(NAMESPACES))
+    allowed = _all_needed(request) - {
+        ("patch", "", "nodes", "", ""),
+        ("create", "batch", "jobs", "", "nvidia-gpu-operator"),
+    }
+    with pytest.raises(InvalidInputError) as raised:
+        check_permissions(_ReviewingApi(allowed), request)
+    message = raised.value.msg
+    assert "lack 2 permission(s), so nothing was changed" in message
+    assert 'patch nodes in API group "" at the cluster scope' in message
+    assert "granted by ClusterRole gpufleet-upgrade in rbac/upgrade.yaml through a ClusterRoleBinding" in message
+    assert 'create jobs in API group "batch" in namespace "nvidia-gpu-operator"' in message
+    assert 'gpufleet-upgrade-ledger in rbac/upgrade.yaml through a RoleBinding in namespace "nvidia-gpu-operator"' in (
+        message
+    )
+    missing = raised.value.result["missing"]
+    assert {(item["verb"], item["resource"]) for item in missing} == {("patch", "nodes"), ("create", "jobs")}
+
+
+def test_the_preflight_needs_the_gpu_operator_namespace_when_no_clusterpolicy_says_it():
+    request = PermissionRequest(playbook="upgrade", stage="canary", group="gpu_operator", namespaces={"ledger": "x"})
+    with pytest.raises(InvalidInputError, match="set gpu_operator_namespace"):
+        check_permissions(_ReviewingApi(set()), request)
+
+
+def test_an_access_review_names_the_subresource_and_namespace_only_when_there_are_some():
+    (evict,) = [p for p in table.permissions_for(("firmware_rollout",), namespaces={}) if p.subresource == "eviction"]
+    assert access_review(evict)["spec"]["resourceAttributes"] == {
+        "verb": "create",
+        "group": "",
+        "resource": "pods",
+        "subresource": "eviction",
+    }
+
+
+def test_the_example_bindings_bind_every_shipped_clusterrole_once():
+    docs = _items(RBAC / "example-bindings.yaml")
+    bound = sorted(doc["roleRef"]["name"] for doc in docs if "roleRef" in doc)
+    shipped = sorted(info.name for info in (*table.CLUSTER_ROLES, *table.POD_CLUSTER_ROLES))
+    # The matrix role has no namespace in the example (the matrix is a file there).
+    assert bound == [name for name in shipped if name != "gpufleet-audit-matrix"]
+
+
+def test_rbac_objects_bind_cluster_roles_cluster_wide_and_namespaced_ones_where_they_act():
+    docs = [doc for _name, doc in _manifest_docs()]
+    accounts = {
+        "audit": {"name": "gpufleet-audit", "namespace": "gpufleet"},
+        "upgrade": {"name": "gpufleet-upgrade", "namespace": "gpufleet"},
+        "scc": {"name": "gpufleet-validate", "namespace": "nvidia-gpu-operator"},
+    }
+    objects = rbac_objects(docs, accounts, {**NAMESPACES, "matrix": ""})
+    bindings = {
+        (o["kind"], o["metadata"].get("namespace", ""), o["roleRef"]["name"]): o for o in objects if "roleRef" in o
+    }
+    assert ("ClusterRoleBinding", "", "gpufleet-upgrade") in bindings
+    assert ("RoleBinding", "nvidia-gpu-operator", "gpufleet-upgrade-ledger") in bindings
+    assert ("RoleBinding", "default", "gpufleet-upgrade-node-events") in bindings
+    assert ("RoleBinding", "nvidia-gpu-operator", "gpufleet-validate-scc") in bindings
+    assert not any(role == "gpufleet-audit-matrix" for _kind, _ns, role in bindings)  # its namespace is empty
+    assert bindings[("ClusterRoleBinding", "", "gpufleet-audit")]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpufleet-audit", "namespace": "gpufleet"}
+    ]
+    assert [o["kind"] for o in objects[:3]] == ["ServiceAccount"] * 3
+
+
+def test_a_given_token_wins_over_the_kubeconfig_user(tmp_path, monkeypatch):
+    """api_key (K8S_AUTH_API_KEY) with a kubeconfig whose user has a token: requests carry the given token.
+
+    The kubernetes client's kubeconfig loader re-sets its own token before every request (refresh_api_key_hook),
+    so without care a least-privilege token given alongside an administrator's kubeconfig is silently ignored.
+    """
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeApi
+
+    for name in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST", "K8S_AUTH_API_KEY", "KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://twin.invalid:6443"}}],
+                "users": [{"name": "admin", "user": {"token": "admin-token"}}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "admin"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    api = KubeApi.from_params({"kubeconfig": str(kubeconfig), "api_key": "account-token"}, keep_stage_lease=False)
+    settings = api._client.configuration.auth_settings()
+    assert settings["BearerToken"]["value"] == "Bearer account-token"
+    assert api.host == "https://twin.invalid:6443"
+    alone = KubeApi.from_params({"kubeconfig": str(kubeconfig)}, keep_stage_lease=False)
+    assert alone._client.configuration.auth_settings()["BearerToken"]["value"] == "Bearer admin-token"
