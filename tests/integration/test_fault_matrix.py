@@ -254,14 +254,6 @@ KNOWN_BUGS: dict[str, dict[str, Any]] = {
     "429-burst": {"reason": OPERATOR_LEFT, "raises": Drift},
     "node-already-cordoned": {"reason": OPERATOR_LEFT, "raises": Drift},
     "sigkill-then-rerun": {"reason": OPERATOR_LEFT, "raises": Drift},
-    "bmc-job-fails": {
-        "reason": (
-            "issue 16 item 5 for NIC firmware: after a canary halted at its failed BMC job (step reboot), the "
-            "report's Next (stage=rollback), the fault cleared, fails 'Rollout nic-firmware is halted by a failed "
-            "node' and asks for a kubectl annotate; the MOFED rollback releases such a node, the firmware one not"
-        ),
-        "raises": NextFailed,
-    },
     "driver-build-fails": {
         "reason": (
             "issue 16 item 4: after a canary halted by a driver that does not build, the report's Next "
