@@ -59,14 +59,18 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan im
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, label_selector_matches
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
+    GPU_RESOURCE,
+    PodSelection,
+    gpus_missing,
+    label_selector_matches,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     NODES,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import RedfishClient, RedfishSettings
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     MaxUnavailable,
-    node_is_ready,
     node_name,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
@@ -83,7 +87,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait
 BMC_ADDRESS_ANNOTATION = "gpufleet.io/bmc-address"
 # The first step that changes a node's firmware: jobs scheduled on its BMC apply at the next reset.
 FLASH_STEP = "flash"
-GPU_RESOURCE = "nvidia.com/gpu"
 SCOPES = ("canary", "all")
 _PREFLIGHT_THREADS = 8
 
@@ -207,17 +210,13 @@ def bmc_for_nodes(
 
 def gpus_back(node: Optional[Mapping[str, Any]], *, previous_boot_id: str) -> bool:
     """Ready, rebooted (a new boot ID) and every GPU it has allocatable again."""
-    if node is None or not node_is_ready(node):
+    if node is None:
         return False
     status = node.get("status") or {}
     boot_id = str((status.get("nodeInfo") or {}).get("bootID") or "")
     if previous_boot_id and boot_id == previous_boot_id:
         return False
-    capacity = str((status.get("capacity") or {}).get(GPU_RESOURCE) or "0")
-    allocatable = str((status.get("allocatable") or {}).get(GPU_RESOURCE) or "0")
-    if not capacity.isdigit() or int(capacity) == 0:
-        return True  # a node without GPUs: Ready is all there is to wait for
-    return allocatable.isdigit() and int(allocatable) >= int(capacity)
+    return not gpus_missing(node)
 
 
 def nothing_to_undo(reports: Sequence[Mapping[str, Any]]) -> Tuple[str, ...]:
