@@ -19,6 +19,14 @@ does not come back fails the node's step: the engine leaves the node
 cordoned, records a Warning Event naming the step and the BMC's message, and
 halts the rollout.
 
+A rollback (``undo``) knows per node how far an earlier run to another
+target got: a node it stopped before ``flash`` never changed, and a node
+whose BMC inventory, read again in the preflight, shows it runs the rollback's
+target with no job waiting (a job that failed before it applied anything)
+has nothing to undo. Either is released without a step (uncordoned, its
+progress annotations removed, nothing evicted); a node whose firmware did
+change is rolled back from the first step.
+
 Node -> BMC: the ``bmcs`` list (from inventory host vars) or the node's
 ``gpufleet.io/bmc-address`` annotation.
 """
@@ -51,14 +59,18 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan im
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, label_selector_matches
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
+    GPU_RESOURCE,
+    PodSelection,
+    gpus_missing,
+    label_selector_matches,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     NODES,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import RedfishClient, RedfishSettings
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     MaxUnavailable,
-    node_is_ready,
     node_name,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
@@ -73,7 +85,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 BMC_ADDRESS_ANNOTATION = "gpufleet.io/bmc-address"
-GPU_RESOURCE = "nvidia.com/gpu"
+# The first step that changes a node's firmware: jobs scheduled on its BMC apply at the next reset.
+FLASH_STEP = "flash"
 SCOPES = ("canary", "all")
 _PREFLIGHT_THREADS = 8
 
@@ -113,6 +126,8 @@ class RolloutOptions:
     node_ready_timeout: float = 1800.0
     wait_sleep: float = 10.0
     preflight_only: bool = False
+    # This run undoes an earlier rollout to another target: nodes it left with nothing to undo are released.
+    undo: bool = False
     check_mode: bool = False
 
     def __post_init__(self) -> None:
@@ -195,17 +210,22 @@ def bmc_for_nodes(
 
 def gpus_back(node: Optional[Mapping[str, Any]], *, previous_boot_id: str) -> bool:
     """Ready, rebooted (a new boot ID) and every GPU it has allocatable again."""
-    if node is None or not node_is_ready(node):
+    if node is None:
         return False
     status = node.get("status") or {}
     boot_id = str((status.get("nodeInfo") or {}).get("bootID") or "")
     if previous_boot_id and boot_id == previous_boot_id:
         return False
-    capacity = str((status.get("capacity") or {}).get(GPU_RESOURCE) or "0")
-    allocatable = str((status.get("allocatable") or {}).get(GPU_RESOURCE) or "0")
-    if not capacity.isdigit() or int(capacity) == 0:
-        return True  # a node without GPUs: Ready is all there is to wait for
-    return allocatable.isdigit() and int(allocatable) >= int(capacity)
+    return not gpus_missing(node)
+
+
+def nothing_to_undo(reports: Sequence[Mapping[str, Any]]) -> Tuple[str, ...]:
+    """Nodes whose BMC, read in the preflight, shows the target installed and no update job waiting.
+
+    A job the BMC reports failed may have applied some of its image or none: the inventory, not the job's
+    state, says whether the firmware changed.
+    """
+    return tuple(entry["node"] for entry in reports if not entry["needs_work"] and not entry["pending_jobs"])
 
 
 def failures_of(result: Mapping[str, Any]) -> List[Dict[str, str]]:
@@ -403,7 +423,7 @@ def steps(api: KubeApi, firmware: NodeFirmware, options: RolloutOptions) -> List
             sleep=min(options.wait_sleep, 5.0),
         ),
         NodeStep(
-            name="flash",
+            name=FLASH_STEP,
             run=firmware.flash,
             description=(
                 "upload the image(s) to the node's BMC (or roll back to its Previous image) and follow each job until "
@@ -510,6 +530,9 @@ def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str,
         canary_nodes=tuple(name for name in canaries if name in targets),
         budget_wait_timeout=options.budget_wait_timeout,
         budget_wait_sleep=options.wait_sleep,
+        changing_step=FLASH_STEP,
+        undo_other_targets=options.undo,
+        at_target_nodes=nothing_to_undo(reports),
     )
     try:
         rollout = run_rollout(

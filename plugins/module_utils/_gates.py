@@ -18,10 +18,16 @@ Five gates, all of which must pass:
 
 A gate that cannot run (never scheduled, image not pulled, timed out, output
 that cannot be read) fails: a skipped check is how broken nodes get promoted.
+One that could not run because of the cluster rather than the node (the API
+failed it after its retries, or the scheduler never placed its pod) is an
+infrastructure failure: it fails, but it is no verdict on the node.
 Building Jobs and judging output are pure functions; ``run_gates`` is the
-I/O: it creates the Jobs with unique names, waits (bounded, ``wait_until``)
-for all of them at once, reads ``pods/log``, and deletes what it created,
-also when it fails.
+I/O: it first waits (bounded, on the cluster's clock) until the node offers
+its GPUs to pods again and the GPU Operator's validator on it is Ready (right
+after a driver change the device plugin is still coming back), creates the
+Jobs with unique names, waits (bounded, ``wait_until``) for all of them at
+once, runs again (after the same wait) a gate whose pod was never scheduled,
+reads ``pods/log``, and deletes what it created, also when it fails.
 """
 
 from __future__ import annotations
@@ -53,6 +59,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse impo
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
+    GPU_RESOURCE,
+    free_gpus,
+    gpus_missing,
+    pod_gpus,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import (
     describe_object,
     object_field,
@@ -60,6 +72,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects impo
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     JOBS,
+    NODES,
     PODS,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
@@ -76,6 +89,9 @@ MANAGED_BY = "gpufleet.upgrade"
 GATE_LABEL = "gpufleet.io/gate"
 GATE_NODE_LABEL = "gpufleet.io/gate-node"
 GATE_RUN_LABEL = "gpufleet.io/gate-run"
+# The GPU Operator's validator DaemonSet: Ready once the driver, toolkit, CUDA and device plugin checks passed.
+VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
+NOT_SCHEDULED = "not scheduled"
 
 DEFAULT_IMAGES = {
     "pytorch": "nvcr.io/nvidia/pytorch:24.03-py3",
@@ -170,6 +186,18 @@ class GateSettings:
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     image_pull_secrets: Tuple[str, ...] = ()
+    # Seconds (cluster clock) to wait for the node to offer its GPUs and pass its validator before the gates.
+    ready_timeout: float = 600.0
+    validator_selector: str = VALIDATOR_SELECTOR
+    # How many times a gate whose pod was never scheduled runs again before it is an infrastructure failure.
+    schedule_retries: int = 1
+
+    def __post_init__(self) -> None:
+        if self.ready_timeout < 0 or self.schedule_retries < 0:
+            raise InvalidInputError(
+                f"ready_timeout and schedule_retries cannot be negative (got {self.ready_timeout}, "
+                f"{self.schedule_retries})"
+            )
 
     def image(self, name: str) -> str:
         return str(self.images.get(name) or DEFAULT_IMAGES[name])
@@ -185,17 +213,19 @@ class GateVerdict:
     details: Dict[str, Any] = field(default_factory=dict)
     job: str = ""
     elapsed: float = 0.0
-    # Set when the gate could not run because the cluster's API failed it (after
-    # the retries): an infrastructure failure, which says nothing about the node.
-    api_error: str = ""
+    # Set when the gate could not run because of the cluster, not the node: the API failed it (after its
+    # retries) or the scheduler never placed its pod (after the reruns). An infrastructure failure, no verdict.
+    infrastructure_error: str = ""
+    # Its pod was never scheduled (this round): run it again after the node offers its GPUs.
+    unscheduled: bool = False
 
     def as_dict(self) -> Dict[str, Any]:
         return {
             "gate": self.gate,
             "node": self.node,
             "passed": self.passed,
-            "could_not_run": bool(self.api_error),
-            "api_error": self.api_error,
+            "could_not_run": bool(self.infrastructure_error),
+            "infrastructure_error": self.infrastructure_error,
             "reason": self.reason,
             "evidence": self.evidence,
             "details": self.details,
@@ -224,8 +254,12 @@ class GateReport:
 
     @property
     def infrastructure_failures(self) -> List[str]:
-        """Gates that could not run because of the API, each with the API's error: no verdict on the node."""
-        return [f"{verdict.gate}: {verdict.api_error}" for verdict in self.verdicts if verdict.api_error]
+        """Gates that could not run because of the cluster, each with why: no verdict on the node."""
+        return [
+            f"{verdict.gate}: {verdict.infrastructure_error}"
+            for verdict in self.verdicts
+            if verdict.infrastructure_error
+        ]
 
     def as_dict(self) -> Dict[str, Any]:
         failed = [verdict for verdict in self.verdicts if not verdict.passed]
@@ -235,7 +269,7 @@ class GateReport:
             "gates": [verdict.as_dict() for verdict in self.verdicts],
             "failed_gates": [verdict.gate for verdict in failed],
             # Failed gates that ran and judged the node, apart from those the API kept from running.
-            "judged_failed_gates": [verdict.gate for verdict in failed if not verdict.api_error],
+            "judged_failed_gates": [verdict.gate for verdict in failed if not verdict.infrastructure_error],
             "infrastructure_failures": self.infrastructure_failures,
             "summary": "all gates passed"
             if self.passed
@@ -672,6 +706,86 @@ def _prometheus_xids(fetch: Fetch, *, settings: GateSettings, node: str) -> Any:
     return parse_prometheus_vector(fetch(url))
 
 
+def gates_gpus(gates: Sequence[str], *, settings: GateSettings) -> int:
+    """GPUs the gates ask the scheduler for at once (the smoke tests; the others see the GPUs without taking any)."""
+    return sum(settings.smoke_gpus for gate in gates if gate in ("smoke_training", "smoke_inference"))
+
+
+def node_gate_blocker(
+    node: Optional[Mapping[str, Any]],
+    validators: Sequence[Mapping[str, Any]],
+    *,
+    pods: Sequence[Mapping[str, Any]] = (),
+    gpus_needed: int = 0,
+) -> str:
+    """Why the node cannot take its gates yet ('' when it can): gone, not Ready, fewer GPUs allocatable than
+    it has (the device plugin is not back after a driver change), its GPU Operator validator not Ready, or
+    fewer GPUs free than the gates ask for (``pods`` on the node hold them)."""
+    if node is None:
+        return "the node does not exist"
+    missing = gpus_missing(node)
+    if missing:
+        return missing
+    for pod in validators:
+        conditions = object_items(pod, "status", "conditions")
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            return f"the GPU Operator validator {describe_object(pod)} is not Ready"
+    name = str(object_field(node, "metadata").get("name") or "")
+    free = free_gpus([node], pods).get(name, 0)
+    if free < gpus_needed:
+        holders = sorted(
+            f"{describe_object(pod)} ({pod_gpus(pod)})"
+            for pod in pods
+            if pod_gpus(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
+        return f"{free} {GPU_RESOURCE} free, the gates need {gpus_needed}; held by {', '.join(holders) or 'nothing'}"
+    return ""
+
+
+def wait_for_gate_node(
+    api: KubeApi, *, node: str, gates: Sequence[str], settings: GateSettings, clock: Clock, pause: Pause
+) -> Dict[str, Any]:
+    """Wait (bounded by ``ready_timeout`` on ``clock``, the cluster's) until the node can take its gates.
+
+    Never fails: what still blocks the node after the wait is returned, and the gates then say what they can.
+    """
+
+    def observe() -> str:
+        validators: List[Dict[str, Any]] = []
+        if settings.validator_selector:
+            validators = api.list(
+                PODS,
+                namespace=settings.namespace,
+                label_selector=settings.validator_selector,
+                field_selector=f"spec.nodeName={node}",
+            )
+        needed = gates_gpus(gates, settings=settings)
+        pods = api.list(PODS, field_selector=f"spec.nodeName={node}") if needed else []
+        return node_gate_blocker(api.get(NODES, node), validators, pods=pods, gpus_needed=needed)
+
+    what = f"node {node} to offer its GPUs and pass its validator"
+    try:
+        outcome = wait_until(
+            observe,
+            lambda blocker: not blocker,
+            timeout=settings.ready_timeout,
+            sleep=settings.sleep,
+            what=what,
+            clock=clock,
+            pause=pause,
+        )
+    except WaitTimeoutError as err:
+        return {"waited": round(float(err.result.get("elapsed") or 0), 1), "blocker": str(err.result.get("last"))}
+    except KubeApiError as err:
+        return {"waited": 0.0, "blocker": f"the node could not be read: {err.msg}"}
+    return {"waited": round(outcome.elapsed, 1), "blocker": ""}
+
+
+def cluster_clock(api: KubeApi) -> Clock:
+    """Seconds on the API server's clock (its Date header): waits on the cluster's time, as the bake."""
+    return lambda: api.server_time().timestamp()
+
+
 def run_gates(
     api: KubeApi,
     *,
@@ -681,13 +795,48 @@ def run_gates(
     fetch: Optional[Fetch] = None,
     clock: Clock = time.monotonic,
     pause: Pause = time.sleep,
+    node_clock: Optional[Clock] = None,
 ) -> GateReport:
-    """Run the gates on one node at once and judge each; never leaves its Jobs behind."""
+    """Run the gates on one node at once and judge each; never leaves its Jobs behind.
+
+    Before each round, wait for the node to take gates (``wait_for_gate_node`` on ``node_clock``, the cluster's
+    by default); a gate whose pod was never scheduled runs again, up to ``schedule_retries`` times, and is an
+    infrastructure failure if it never is.
+    """
     names = validate_gate_names(gates)
     started = clock()
+    on_cluster = node_clock or cluster_clock(api)
+    waits = [wait_for_gate_node(api, node=node, gates=names, settings=settings, clock=on_cluster, pause=pause)]
+    verdicts = _run_round(api, node=node, gates=names, settings=settings, fetch=fetch, clock=clock, pause=pause)
+    for _retry in range(settings.schedule_retries):
+        again = [verdict.gate for verdict in verdicts if verdict.unscheduled]
+        if not again:
+            break
+        waits.append(wait_for_gate_node(api, node=node, gates=again, settings=settings, clock=on_cluster, pause=pause))
+        rounds = _run_round(api, node=node, gates=again, settings=settings, fetch=fetch, clock=clock, pause=pause)
+        rerun = {verdict.gate: verdict for verdict in rounds}
+        verdicts = [rerun.get(verdict.gate, verdict) for verdict in verdicts]
+    for verdict in verdicts:
+        verdict.details.setdefault("node_wait", waits)
+        if verdict.unscheduled and len(waits) > 1:
+            verdict.reason += f" (in each of {len(waits)} runs)"
+    return GateReport(node=node, verdicts=verdicts, elapsed=clock() - started)
+
+
+def _run_round(
+    api: KubeApi,
+    *,
+    node: str,
+    gates: Sequence[str],
+    settings: GateSettings,
+    fetch: Optional[Fetch],
+    clock: Clock,
+    pause: Pause,
+) -> List[GateVerdict]:
+    """One Job per gate, created at once, awaited and judged together, then deleted."""
     run_id = secrets.token_hex(4)
     runs: List[_GateRun] = []
-    for gate in names:
+    for gate in gates:
         job = build_gate_job(gate, node=node, settings=settings, run_id=run_id, suffix=secrets.token_hex(3))
         runs.append(_GateRun(gate=gate, job=job, created_at=clock()))
     try:
@@ -712,16 +861,16 @@ def run_gates(
             run_id=run_id,
             job_names=[run.job["metadata"]["name"] for run in runs if not run.create_error],
         )
-    report = GateReport(node=node, verdicts=verdicts, elapsed=clock() - started)
     if left:
-        for verdict in report.verdicts:
+        for verdict in verdicts:
             verdict.details.setdefault("cleanup_left", left)
-    return report
+    return verdicts
 
 
-def _could_not_run(gate: str, node: str, api_error: str, *, job: _GateRun) -> GateVerdict:
-    reason = f"could not run (infrastructure failure, not a verdict on the node): {api_error}"
-    return GateVerdict(gate, node, False, reason, job=job.job["metadata"]["name"], api_error=api_error)
+def _could_not_run(gate: str, node: str, why: str, *, job: _GateRun, unscheduled: bool = False) -> GateVerdict:
+    reason = f"could not run (infrastructure failure, not a verdict on the node): {why}"
+    name = job.job["metadata"]["name"]
+    return GateVerdict(gate, node, False, reason, job=name, infrastructure_error=why, unscheduled=unscheduled)
 
 
 def job_failure(job: Optional[Mapping[str, Any]]) -> str:
@@ -800,6 +949,13 @@ def _await_and_judge(
         elapsed = (state.settled_at if state.settled_at is not None else clock()) - run.created_at
         situation = state.situation
         if not situation.finished:
+            if state.pod is None or situation.problem.startswith(NOT_SCHEDULED):
+                # Never placed on the node (no room for its GPUs, the node cordoned, no pod at all): the
+                # scheduler's doing, not the node's; run again after the node offers its GPUs.
+                then = f"; then {state.job_failed}" if state.job_failed else ""
+                why = f"{situation.problem or 'no pod was created'}{then}"
+                verdicts.append(_could_not_run(run.gate, node, why, job=run, unscheduled=True))
+                continue
             if state.job_failed:
                 seen = f"{situation.problem}; then " if situation.problem else ""
                 reason = f"could not run: {seen}{state.job_failed}"

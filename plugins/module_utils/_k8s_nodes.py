@@ -41,6 +41,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import Wait
 
 # Extended resources the GPU Operator's pod-deletion filter looks for (prefix match).
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+# The extended resource the NVIDIA device plugin advertises per GPU.
+GPU_RESOURCE = "nvidia.com/gpu"
 # Multus: pods attached to secondary networks name them in this annotation.
 MULTUS_NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 # Static pods appear in the API as mirror pods carrying this annotation; the
@@ -194,6 +196,57 @@ class PodEvictionPlan:
             "skipped": [{"pod": key, "why": why} for key, why in self.skipped],
             "blocked": [{"pod": key, "why": why} for key, why in self.blocked],
         }
+
+
+def gpus_missing(node: Mapping[str, Any]) -> str:
+    """Why the node does not offer all its GPUs to pods ('' when it does, or has none): not Ready, or fewer
+    ``nvidia.com/gpu`` allocatable than its capacity (the device plugin, which needs the driver, is not back)."""
+    if not node_is_ready(node):
+        return "the node is not Ready"
+    status = object_field(node, "status")
+    capacity = str((status.get("capacity") or {}).get(GPU_RESOURCE) or "0")
+    allocatable = str((status.get("allocatable") or {}).get(GPU_RESOURCE) or "0")
+    if not capacity.isdigit() or int(capacity) == 0:
+        return ""  # a node without GPUs: Ready is all there is to wait for
+    if allocatable.isdigit() and int(allocatable) >= int(capacity):
+        return ""
+    return f"{allocatable} of its {capacity} {GPU_RESOURCE} allocatable"
+
+
+def _gpu_count(value: Any) -> int:
+    try:
+        return int(str(value or 0))
+    except ValueError:
+        return 0
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> int:
+    """``nvidia.com/gpu`` the pod's containers ask for; for an extended resource the request equals the limit
+    when only the limit is set, as the API server defaults it."""
+    asked = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("requests") or {}).get(GPU_RESOURCE) or (resources.get("limits") or {}).get(
+            GPU_RESOURCE
+        )
+        asked += _gpu_count(amount)
+    return asked
+
+
+def free_gpus(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> Dict[str, int]:
+    """GPUs left per node: allocatable ``nvidia.com/gpu`` minus what the node's unfinished pods ask for."""
+    used: Dict[str, int] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in _FINISHED_PHASES or not spec.get("nodeName"):
+            continue
+        used[spec["nodeName"]] = used.get(spec["nodeName"], 0) + pod_gpus(pod)
+    free = {}
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        allocatable = _gpu_count(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        free[name] = max(allocatable - used.get(name, 0), 0)
+    return free
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:

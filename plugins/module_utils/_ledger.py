@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import free_gpus
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CONFIGMAPS,
     NODES,
@@ -599,40 +600,6 @@ def choose_canary_node(
         if node_is_ready(node) and not (node.get("spec") or {}).get("unschedulable"):
             return CanaryChoice(name, "first Ready, schedulable GPU node by name")
     return CanaryChoice("", "rule", "no Ready, schedulable GPU node to be the canary")
-
-
-def _gpu_count(value: Any) -> int:
-    try:
-        return int(str(value or 0))
-    except ValueError:
-        return 0
-
-
-def free_gpus(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> Dict[str, int]:
-    """GPUs left per node: allocatable ``nvidia.com/gpu`` minus what the node's unfinished pods ask for.
-
-    For an extended resource the request equals the limit when only the limit
-    is set, as the API server defaults it.
-    """
-    used: Dict[str, int] = {}
-    for pod in pods:
-        spec = pod.get("spec") or {}
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or not spec.get("nodeName"):
-            continue
-        asked = 0
-        for container in spec.get("containers") or []:
-            resources = container.get("resources") or {}
-            amount = (resources.get("requests") or {}).get("nvidia.com/gpu") or (resources.get("limits") or {}).get(
-                "nvidia.com/gpu"
-            )
-            asked += _gpu_count(amount)
-        used[spec["nodeName"]] = used.get(spec["nodeName"], 0) + asked
-    free = {}
-    for node in nodes:
-        name = _node_name(node)
-        allocatable = _gpu_count(((node.get("status") or {}).get("allocatable") or {}).get("nvidia.com/gpu"))
-        free[name] = max(allocatable - used.get(name, 0), 0)
-    return free
 
 
 def sample_nodes(

@@ -114,15 +114,17 @@ def next_step(entry: Mapping[str, Any]) -> str:
         return f"Nothing on the cluster was changed: fix what failed, then run stage={stage} again."
     if outcome == "failed" and entry.get("gates_could_not_run"):
         unjudged = (
-            "The validation gates could not run because of the Kubernetes API (an infrastructure failure, not a "
-            "verdict on the node). "
+            "The validation gates could not run because of the cluster: the Kubernetes API failed them, or their "
+            "pods found no room on the node (an infrastructure failure, not a verdict on the node). "
         )
         if stage == "rollback":
-            return unjudged + "The software is back to known-good; validate the node once the API answers."
+            return (
+                unjudged + "The software is back to known-good; validate the node once the cluster can run the gates."
+            )
         if stage == "bake":
-            return unjudged + "Run stage=bake again once the API answers."
+            return unjudged + "Run stage=bake again once the cluster can run the gates."
         if stage == "promote":
-            return unjudged + "Run stage=promote again once the API answers (the matrix was not changed)."
+            return unjudged + "Run stage=promote again once the cluster can run the gates (the matrix was not changed)."
         return unjudged + "Run stage=rollback to return the canary node to production, then try the canary again."
     if stage == "canary" and outcome == "success":
         ends = bake.get("ends_at") or _hours_after(entry.get("recorded_at"), bake.get("required_hours", 48))

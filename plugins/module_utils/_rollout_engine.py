@@ -24,9 +24,12 @@ steps as named callables. The engine
 - undoes, when asked (``RolloutSettings.undo_other_targets``: a rollback), what
   an earlier run to another target left behind: a node it stopped before the
   first step that changes the node's component (``changing_step``) never
-  changed, so it is only released (uncordoned unless it was cordoned before,
-  its progress annotations removed, an Event) without running a step; a node
-  it left failed after that step is rolled to this target from the start;
+  changed, and neither did one the caller read to run this target already
+  (``RolloutSettings.at_target_nodes``: a failed firmware job that the BMC's
+  inventory shows left the old firmware in place); either is only released
+  (uncordoned unless it was cordoned before, its progress annotations
+  removed, an Event) without running a step; a node it left failed after that
+  step and not at the target is rolled to this target from the start;
 - returns the timeline: per node, each step with its start, end and outcome.
 """
 
@@ -211,12 +214,18 @@ class Disposition:
 
 
 def node_disposition(
-    progress: NodeProgress, *, target: str, undo_other_targets: bool = False, before_change: Sequence[str] = ()
+    progress: NodeProgress,
+    *,
+    target: str,
+    undo_other_targets: bool = False,
+    before_change: Sequence[str] = (),
+    at_target: bool = False,
 ) -> Disposition:
     """Decide from the annotations: run, resume where it stopped, skip (done), or halt (failed).
 
     With ``undo_other_targets`` (a rollback), a node an earlier run to another target left unfinished at one of
-    the ``before_change`` steps never changed: release it. One it left failed later is rolled from the start.
+    the ``before_change`` steps never changed: release it; so is one the caller read to run ``target`` already
+    (``at_target``), whatever step it stopped at. One it left failed later is rolled from the start.
     """
     state = progress.state or STATE_PENDING
     if undo_other_targets and progress.unfinished_attempt and progress.target and progress.target != target:
@@ -226,6 +235,12 @@ def node_disposition(
                 action=ACTION_RELEASE,
                 from_step=progress.step or CORDON_STEP,
                 why=f"stopped at {where}, before anything changed: released without running a step",
+            )
+        if at_target:
+            return Disposition(
+                action=ACTION_RELEASE,
+                from_step=progress.step or CORDON_STEP,
+                why=f"stopped at {where} and still runs {target}, nothing to undo: released without running a step",
             )
         if state != STATE_IN_PROGRESS:
             return Disposition(action=ACTION_RUN, why=f"left {state} at {where}; rolled to {target} from the start")
@@ -337,6 +352,9 @@ class RolloutSettings:
     # with undo_other_targets, a node an earlier run to another target left before it is released.
     changing_step: str = ""
     undo_other_targets: bool = False
+    # With undo_other_targets: nodes the caller read to run this target already (their component never changed,
+    # whatever step an earlier run stopped them at); they are released like those stopped before changing_step.
+    at_target_nodes: Tuple[str, ...] = ()
 
     @property
     def keys(self) -> ProgressKeys:
@@ -534,6 +552,7 @@ def build_plan(
             target=settings.target,
             undo_other_targets=settings.undo_other_targets,
             before_change=before_change,
+            at_target=name in settings.at_target_nodes,
         )
         for name in targets
     }

@@ -152,6 +152,17 @@ options:
     description: Check the images and read the BMCs, change nothing.
     type: bool
     default: false
+  undo:
+    description:
+      - This run undoes an earlier rollout to another target (a rollback). A node that rollout left failed or
+        interrupted before C(flash), or whose BMC inventory (read again before anything is touched) shows it runs
+        this run's target with no update job waiting - a job that failed before it applied anything - has nothing
+        to undo; it is released without running a step (no eviction), its rollout annotations are removed and it
+        is uncordoned unless it was cordoned before, with an Event saying so. A node whose firmware did change is
+        rolled to this target from the first step.
+      - Without it, such nodes halt the rollout until a person clears them.
+    type: bool
+    default: false
 seealso:
   - module: gpufleet.upgrade.firmware_idrac_flash
 """
@@ -226,6 +237,11 @@ failures:
   sample: [{node: gpu-worker-003, step: reboot, reason: "BMC https://...: firmware job JID_1 ... ended Failed: ..."}]
 nodes_done:
   description: Nodes flashed in this run.
+  returned: unless preflight_only
+  type: list
+  elements: str
+nodes_released:
+  description: Nodes an earlier run left with nothing to undo, released without a step (O(undo=true)).
   returned: unless preflight_only
   type: list
   elements: str
@@ -306,6 +322,7 @@ def argument_spec():
         reboot_timeout={"type": "int", "default": 1800},
         node_ready_timeout={"type": "int", "default": 1800},
         preflight_only={"type": "bool", "default": False},
+        undo={"type": "bool", "default": False},
     )
     return spec
 
@@ -361,6 +378,7 @@ def rollout_options(module):
         node_ready_timeout=params["node_ready_timeout"],
         wait_sleep=params["wait_sleep"],
         preflight_only=params["preflight_only"],
+        undo=params["undo"],
         check_mode=module.check_mode,
     )
 

@@ -78,6 +78,23 @@ options:
     description: Seconds a gate's pod may stay unscheduled or unable to start (image pull errors) before it fails.
     type: int
     default: 300
+  ready_timeout:
+    description:
+      - Seconds, on the API server's clock, to wait before the gates run until the node is Ready, offers every GPU
+        it has (allocatable C(nvidia.com/gpu) equals its capacity) and the GPU Operator's validator pod on it
+        (O(validator_selector)) is Ready. Right after a driver change the device plugin is still coming back.
+      - The gates run when the wait ends either way; a gate whose pod is still not scheduled then runs again
+        (O(schedule_retries)) and is an infrastructure failure if it never is, not a verdict on the node.
+    type: int
+    default: 600
+  validator_selector:
+    description: Label selector of the GPU Operator's validator pods in O(namespace); empty to not wait for one.
+    type: str
+    default: app=nvidia-operator-validator
+  schedule_retries:
+    description: How many times a gate whose pod was never scheduled runs again, after the same wait for the node.
+    type: int
+    default: 1
   wait_sleep:
     description:
       - Seconds between two looks at the gates' pods.
@@ -254,8 +271,9 @@ judged_failed_gates:
   sample: [rdma]
 infrastructure_failures:
   description:
-    - Gates that could not run because the Kubernetes API failed them after the retries (their Job could not be
-      created, their pods or log could not be read), each with the API's error.
+    - Gates that could not run because of the cluster, each with why - the Kubernetes API failed them after the
+      retries (their Job could not be created, their pods or log could not be read), or their pod was never
+      scheduled in any of the O(schedule_retries) reruns.
     - An infrastructure failure, not a verdict on the node; such a gate counts as failed, never as passed.
   returned: always
   type: list
@@ -307,6 +325,9 @@ def argument_spec():
         images={"type": "dict", "default": {}},
         dcgm_level={"type": "int", "default": 2},
         start_timeout={"type": "int", "default": 300},
+        ready_timeout={"type": "int", "default": 600},
+        validator_selector={"type": "str", "default": "app=nvidia-operator-validator"},
+        schedule_retries={"type": "int", "default": 1},
         pin={"type": "str", "choices": ["hostname", "node_name"], "default": "hostname"},
         tolerations={"type": "list", "elements": "dict", "default": [{"key": "nvidia.com/gpu", "operator": "Exists"}]},
         service_account={"type": "str"},
@@ -345,6 +366,9 @@ def settings_from(params):
         dcgm_level=params["dcgm_level"],
         timeout=float(params["wait_timeout"]),
         start_timeout=float(params["start_timeout"]),
+        ready_timeout=float(params["ready_timeout"]),
+        validator_selector=params["validator_selector"] or "",
+        schedule_retries=params["schedule_retries"],
         sleep=float(params["wait_sleep"]),
         pin=params["pin"],
         tolerations=tuple(params["tolerations"] or ()),

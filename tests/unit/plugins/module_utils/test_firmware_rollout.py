@@ -13,6 +13,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_rollout
     bmc_for_nodes,
     failures_of,
     gpus_back,
+    nothing_to_undo,
     rollout_target_label,
     select_targets,
 )
@@ -106,6 +107,18 @@ def test_target_label_and_failures() -> None:
         {"node": "gpu-worker-003", "step": "reboot", "reason": "BMC x: job ended Failed"},
         {"node": "gpu-worker-002", "step": "earlier run", "reason": "failed at step flash: RED004"},
     ]
+
+
+def test_nothing_to_undo_is_what_the_inventory_shows_not_what_a_job_said() -> None:
+    reports = [
+        # Its job failed and the inventory shows the target still installed: nothing changed.
+        {"node": "a", "needs_work": False, "pending_jobs": []},
+        # The job applied part of the image: the inventory differs from the target.
+        {"node": "b", "needs_work": True, "pending_jobs": []},
+        # At the target, but a job waits to apply something else at the next reset.
+        {"node": "c", "needs_work": False, "pending_jobs": [{"id": "JID_1"}]},
+    ]
+    assert nothing_to_undo(reports) == ("a",)
 
 
 def test_options_are_checked() -> None:

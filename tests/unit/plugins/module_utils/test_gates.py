@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     gate_job_name,
     job_failure,
     judge_gate,
+    node_gate_blocker,
     pod_situation,
     run_gates,
     validate_gate_names,
@@ -369,11 +370,25 @@ class _FailingApi:
             raise self._error("GET")
         return []
 
+    def get(self, ref, name, **kwargs):
+        return None if self.failing == "list" else node_with_gpus(name)
+
     def request(self, *args, **kwargs):
         return {}
 
     def delete(self, *args, **kwargs):
         return None
+
+
+def node_with_gpus(name: str, *, allocatable: int = 8, ready: str = "True") -> dict:
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "conditions": [{"type": "Ready", "status": ready}],
+            "capacity": {"nvidia.com/gpu": "8"},
+            "allocatable": {"nvidia.com/gpu": str(allocatable)},
+        },
+    }
 
 
 @pytest.mark.parametrize("failing", ["create", "list"])
@@ -386,6 +401,7 @@ def test_gates_the_api_kept_from_running_are_no_verdict_on_the_node(failing: str
         settings=SETTINGS,
         clock=lambda: float(next(clock)),
         pause=lambda seconds: None,
+        node_clock=lambda: float(next(clock)),
     )
     summary = report.as_dict()
     assert summary["passed"] is False  # a gate that did not run never passes
@@ -397,7 +413,154 @@ def test_gates_the_api_kept_from_running_are_no_verdict_on_the_node(failing: str
 
 def test_a_gate_that_ran_and_failed_is_a_verdict() -> None:
     bad = GateVerdict("rdma", "n", False, "mlx5_3/1 is Down/Disabled")
-    unrun = GateVerdict("dcgm_diag", "n", False, "could not run", api_error="POST ... answered 500")
+    unrun = GateVerdict("dcgm_diag", "n", False, "could not run", infrastructure_error="POST ... answered 500")
     summary = GateReport(node="n", verdicts=[bad, unrun]).as_dict()
     assert summary["judged_failed_gates"] == ["rdma"]
     assert summary["infrastructure_failures"] == ["dcgm_diag: POST ... answered 500"]
+
+
+# -- the node must take its gates: GPUs back after a driver change, pods that were never scheduled -------------
+
+UNSCHEDULED = "0/9 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/9 nodes are available"
+VALIDATOR = "app=nvidia-operator-validator"
+
+
+def validator_pod(*, ready: bool) -> dict:
+    return {
+        "metadata": {"name": "nvidia-operator-validator-x1", "namespace": "nvidia-gpu-operator"},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_the_node_takes_gates_once_it_offers_every_gpu_and_its_validator_passed() -> None:
+    assert node_gate_blocker(None, []) == "the node does not exist"
+    assert node_gate_blocker(node_with_gpus("n", ready="False"), []) == "the node is not Ready"
+    assert node_gate_blocker(node_with_gpus("n", allocatable=0), []) == "0 of its 8 nvidia.com/gpu allocatable"
+    blocker = node_gate_blocker(node_with_gpus("n"), [validator_pod(ready=False)])
+    assert "validator" in blocker and "not Ready" in blocker
+    assert node_gate_blocker(node_with_gpus("n"), [validator_pod(ready=True)]) == ""
+    assert node_gate_blocker(node_with_gpus("n"), []) == ""  # no GPU Operator validator: nothing to wait for
+
+
+class _GpusComingBack:
+    """A node whose device plugin comes back ``gpus_back_at`` seconds (cluster clock) after the gates begin; a
+    gate pod asking for a GPU before then is never scheduled and its Job passes its deadline."""
+
+    def __init__(self, *, gpus_back_at: float, wait_for_gpus: bool = True) -> None:
+        self.now = 0.0
+        self.gpus_back_at = gpus_back_at
+        self.wait_for_gpus = wait_for_gpus
+        self.jobs: dict[str, dict] = {}  # name -> Job (only its status is read)
+        self.pods: list[dict] = []
+
+    def clock(self) -> float:
+        self.now += 30.0
+        return self.now
+
+    def back(self) -> bool:
+        return self.now >= self.gpus_back_at
+
+    def get(self, ref, name, **kwargs):
+        return node_with_gpus(name, allocatable=8 if self.back() or not self.wait_for_gpus else 0)
+
+    def create(self, ref, body, *, namespace=None, dry_run=False):
+        name = body["metadata"]["name"]
+        labels = body["spec"]["template"]["metadata"]["labels"]
+        owner = [{"kind": "Job", "name": name}]
+        if self.back():
+            status = {
+                "phase": "Succeeded",
+                "containerStatuses": [{"name": "smoke", "state": {"terminated": {"exitCode": 0}}}],
+            }
+            self.jobs[name] = {"metadata": {"name": name}, "status": {}}
+        else:
+            condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULED}
+            status = {"phase": "Pending", "conditions": [condition]}
+            failed = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "too long"}
+            self.jobs[name] = {"metadata": {"name": name}, "status": {"conditions": [failed]}}
+        pod = {"metadata": {"name": name + "-p", "labels": labels, "ownerReferences": owner}, "status": status}
+        self.pods.append(pod)
+        return body
+
+    def list(self, ref, *, namespace=None, label_selector=None, field_selector=None, **kwargs):
+        if label_selector == VALIDATOR:
+            return [validator_pod(ready=self.back() or not self.wait_for_gpus)]
+        if label_selector is None:  # the pods on the node: none holds a GPU
+            return []
+        key, value = str(label_selector).split("=", 1)
+        if ref.kind == "Job":
+            return list(self.jobs.values())
+        return [pod for pod in self.pods if pod["metadata"]["labels"].get(key) == value]
+
+    def read_pod_log(self, namespace, name, *, container=None, limit_bytes=None):
+        return "Training smoke: OK\nshape: (1000, 1000) device: NVIDIA H100\n"
+
+    def request(self, *args, **kwargs):
+        return {}
+
+    def delete(self, *args, **kwargs):
+        return None
+
+
+def run_smoke(api: _GpusComingBack, settings: GateSettings = SETTINGS):
+    return run_gates(
+        api,
+        node="gpu-worker-001",
+        gates=["smoke_training"],
+        settings=settings,
+        clock=api.clock,
+        pause=lambda seconds: None,
+        node_clock=api.clock,
+    )
+
+
+def test_gates_wait_for_the_node_to_offer_its_gpus_again_after_a_driver_change() -> None:
+    api = _GpusComingBack(gpus_back_at=240)
+    report = run_smoke(api)
+    assert report.passed, report.as_dict()
+    assert len(api.pods) == 1  # one run: it waited instead of running into "Insufficient nvidia.com/gpu"
+    (wait,) = report.verdicts[0].details["node_wait"]
+    assert wait["blocker"] == "" and wait["waited"] >= 180
+
+
+def test_a_gate_never_scheduled_runs_again_then_is_an_infrastructure_failure_not_a_verdict() -> None:
+    # The node shows its GPUs, yet the first pod could not be placed (the scheduler had not seen them yet).
+    api = _GpusComingBack(gpus_back_at=200, wait_for_gpus=False)
+    report = run_smoke(api)
+    assert report.passed, report.as_dict()
+    assert len(api.pods) == 2
+
+    # Never schedulable within the wait: two runs, then an infrastructure failure that judges nothing.
+    never = _GpusComingBack(gpus_back_at=10**9)
+    summary = run_smoke(never, GateSettings(namespace="nvidia-gpu-operator", ready_timeout=300)).as_dict()
+    assert len(never.pods) == 2
+    assert summary["passed"] is False
+    assert summary["judged_failed_gates"] == []
+    (line,) = summary["infrastructure_failures"]
+    assert line.startswith("smoke_training: not scheduled: 0/9 nodes are available: 1 Insufficient nvidia.com/gpu")
+    assert "DeadlineExceeded" in line
+    (gate,) = summary["gates"]
+    assert gate["could_not_run"] and "not a verdict on the node" in gate["reason"] and "2 runs" in gate["reason"]
+    assert gate["details"]["node_wait"][0]["blocker"] == "0 of its 8 nvidia.com/gpu allocatable"
+
+
+def test_gpus_held_by_workloads_keep_the_smoke_gates_off_the_node_and_say_by_whom() -> None:
+    def workload(name: str, gpus: int, phase: str = "Running") -> dict:
+        limits = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        return {
+            "metadata": {"name": name, "namespace": "ml-training"},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": limits}]},
+            "status": {"phase": phase},
+        }
+
+    pods = [workload("llm-train-a", 4), workload("llm-train-b", 4), workload("done", 1, "Succeeded")]
+    blocker = node_gate_blocker(node_with_gpus("n"), [], pods=pods, gpus_needed=2)
+    assert blocker.startswith("0 nvidia.com/gpu free, the gates need 2; held by ")
+    assert "ml-training/llm-train-a" in blocker and "done" not in blocker
+    assert node_gate_blocker(node_with_gpus("n"), [], pods=pods[:1], gpus_needed=2) == ""
+    assert node_gate_blocker(node_with_gpus("n"), [], pods=pods, gpus_needed=0) == ""  # rdma, gpu_errors, dcgm
+
+
+def test_gate_settings_refuse_negative_waits() -> None:
+    with pytest.raises(InvalidInputError, match="ready_timeout"):
+        GateSettings(namespace="ns", ready_timeout=-1)

@@ -211,7 +211,7 @@ def test_next_step_after_a_run_that_changed_nothing_or_could_not_judge() -> None
     rollback = {"stage": "rollback", "outcome": "failed", "rolled_back": True, "gates_could_not_run": True}
     assert "not a verdict on the node" in next_step(rollback) and "take it out of service" not in next_step(rollback)
     bake = {"stage": "bake", "outcome": "failed", "gates_could_not_run": True}
-    assert next_step(bake).endswith("Run stage=bake again once the API answers.")
+    assert next_step(bake).endswith("Run stage=bake again once the cluster can run the gates.")
 
 
 def test_next_of_a_change_that_cannot_be_undone_goes_forward() -> None:

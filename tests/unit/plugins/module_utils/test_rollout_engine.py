@@ -9,6 +9,7 @@ left for the integration tests against the twin.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import threading
 from collections.abc import Callable
@@ -657,6 +658,45 @@ def test_a_rollback_releases_nodes_that_never_changed(progress, action):
     # Without the rollback flag, a failed node halts whatever its target.
     if progress.state == "failed":
         assert node_disposition(progress, target="t", before_change=("cordon", "evict")).action == ACTION_HALT
+
+
+@pytest.mark.parametrize("state", ["failed", "in-progress"])
+def test_a_rollback_releases_a_node_read_to_run_its_target_whatever_step_it_stopped_at(state):
+    # A firmware job that failed at the reboot may have applied nothing: the caller read the BMC and says so.
+    progress = NodeProgress(state=state, target="new", step="reload", started_at="x")
+    disposition = node_disposition(
+        progress, target="t", undo_other_targets=True, before_change=("cordon", "evict"), at_target=True
+    )
+    assert disposition.action == ACTION_RELEASE, disposition
+    assert "nothing to undo" in disposition.why
+    # Only a rollback releases it; a run to the same target still halts on the failed node.
+    assert node_disposition(progress, target="t", at_target=True).action in (ACTION_HALT, ACTION_RESUME)
+    same = NodeProgress(state="failed", target="t", step="reload", started_at="x")
+    assert node_disposition(same, target="t", undo_other_targets=True, at_target=True).action == ACTION_HALT
+
+
+def test_rollback_releases_a_node_whose_change_did_not_take_without_running_a_step():
+    nodes = [make_node("gpu-worker-1"), make_node("gpu-worker-2")]
+    cluster = MemoryCluster(nodes, settings=settings(target="new"))
+    failing = StepLog(fail_on={"gpu-worker-1": "reload"})
+    with pytest.raises(RolloutHaltedError):
+        run(cluster, ["gpu-worker-1"], [failing.step("evict"), failing.step("reload")])
+    assert cluster.state("gpu-worker-1").step == "reload" and cluster.cordoned("gpu-worker-1")
+
+    log = StepLog()
+    steps = [log.step("evict"), log.step("reload")]
+    back = settings(target="old", changing_step="reload", undo_other_targets=True)
+    # Not read to be at the target: it changed, so it is rolled back from the first step.
+    cluster.settings = back
+    plan = run(cluster, ["gpu-worker-1"], steps, check_mode=True)["plan"]
+    assert plan["released"] == [] and [item["action"] for item in plan["nodes"]] == ["run"]
+    cluster.settings = dataclasses.replace(back, at_target_nodes=("gpu-worker-1",))
+    result = run(cluster, ["gpu-worker-1"], steps)
+    assert log.calls == []  # no eviction, no step at all
+    assert result["nodes_released"] == ["gpu-worker-1"]
+    assert not cluster.cordoned("gpu-worker-1")
+    annotations = cluster.nodes["gpu-worker-1"]["metadata"]["annotations"]
+    assert not [key for key in annotations if key.startswith("gpufleet.io/rollout-")]
 
 
 def test_rollback_releases_a_node_halted_before_the_change_without_running_a_step():
