@@ -18,6 +18,8 @@ at simulated time ``at`` (seconds after the cluster was populated):
 - ``pdb_never_allows`` {namespace, name}: that PDB never allows an eviction.
 - ``mofed_build_fails`` {kernel}: no MOFED driver builds for that kernel (MOFED pods crash-loop).
 - ``machine_config_fails`` {node, reason?}: the node's next MachineConfig update fails (state Degraded).
+- ``olm_bundle_pruned`` {version, package="gpu-operator-certified"}: a catalog update took that OLM bundle out of
+  the catalog (its PackageManifest entries and every channel); a Subscription can no longer install it.
 
 Request faults act on API requests that match ``verb`` (a verb or a list),
 ``resource`` (plural, ``pods/eviction``, ``*``), optionally ``namespace`` and
@@ -77,6 +79,7 @@ NODE_FAULTS = frozenset(
         "pdb_never_allows",
         "mofed_build_fails",
         "machine_config_fails",
+        "olm_bundle_pruned",
     }
 )
 REQUEST_FAULTS = frozenset({"api_errors", "slow", "conflict"})
@@ -156,13 +159,15 @@ def validate_fault(spec: Obj) -> None:
     kind = spec.get("type")
     if kind not in NODE_FAULTS | REQUEST_FAULTS:
         raise ValueError(f"unknown fault type {kind!r}; known: {', '.join(sorted(NODE_FAULTS | REQUEST_FAULTS))}")
-    cluster_wide = {"driver_build_fails", "pdb_never_allows", "mofed_build_fails"}
+    cluster_wide = {"driver_build_fails", "pdb_never_allows", "mofed_build_fails", "olm_bundle_pruned"}
     if kind in NODE_FAULTS - cluster_wide and not (spec.get("node") or spec.get("nodes")):
         raise ValueError(f"fault {kind} needs 'node' (or 'nodes')")
     if kind == "mofed_build_fails" and not spec.get("kernel"):
         raise ValueError("fault mofed_build_fails needs 'kernel'")
     if kind == "driver_build_fails" and not spec.get("kernel"):
         raise ValueError("fault driver_build_fails needs 'kernel'")
+    if kind == "olm_bundle_pruned" and not spec.get("version"):
+        raise ValueError("fault olm_bundle_pruned needs 'version' (the bundle's CSV version, e.g. 24.9.0)")
     if kind == "pdb_never_allows" and not (spec.get("name") and spec.get("namespace")):
         raise ValueError("fault pdb_never_allows needs 'namespace' and 'name'")
     if kind == "api_errors" and int(spec.get("code", 500)) not in (*_MESSAGES, 429):
@@ -294,6 +299,8 @@ class FaultInjector:
     def _key_of(fault: Fault) -> str:
         if fault.type == "pdb_never_allows":
             return f"{fault.params.get('namespace')}/{fault.params.get('name')}"
+        if fault.type == "olm_bundle_pruned":
+            return "/".join(FaultInjector._pruned_bundle(fault))
         return str(fault.params.get("kernel"))
 
     # -- node faults -------------------------------------------------------------------------------------
@@ -371,6 +378,21 @@ class FaultInjector:
         def restore() -> None:
             if not self._held_by_another(fault, key=kernel):
                 self._sim.kernels_without_mofed_build.discard(kernel)
+
+        fault.undo.append(restore)
+
+    @staticmethod
+    def _pruned_bundle(fault: Fault) -> tuple[str, str]:
+        package = str(fault.params.get("package") or "gpu-operator-certified")
+        return package, str(fault.params["version"]).removeprefix("v")
+
+    def _apply_olm_bundle_pruned(self, fault: Fault) -> None:
+        bundle = self._pruned_bundle(fault)
+        self._sim.olm_pruned_bundles.add(bundle)
+
+        def restore() -> None:
+            if not self._held_by_another(fault, key="/".join(bundle)):
+                self._sim.olm_pruned_bundles.discard(bundle)
 
         fault.undo.append(restore)
 
