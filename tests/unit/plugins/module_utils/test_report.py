@@ -212,3 +212,22 @@ def test_next_step_after_a_run_that_changed_nothing_or_could_not_judge() -> None
     assert "not a verdict on the node" in next_step(rollback) and "take it out of service" not in next_step(rollback)
     bake = {"stage": "bake", "outcome": "failed", "gates_could_not_run": True}
     assert next_step(bake).endswith("Run stage=bake again once the API answers.")
+
+
+def test_an_olm_reinstall_of_the_operator_is_shown_with_how_far_it_got() -> None:
+    reinstall = {
+        "from_csv": "gpu-operator-certified.v25.3.0",
+        "to_csv": "gpu-operator-certified.v24.9.0",
+        "channel": "v24.9",
+        "install_plan": "install-abcde",
+        "completed": True,
+    }
+    text = render_report(canary_entry(stage="rollback", operator={"method": "olm", "reinstall": reinstall}))
+    assert (
+        "| Operator | reinstalled through OLM, gpu-operator-certified.v25.3.0 -> gpu-operator-certified.v24.9.0 "
+        "(channel v24.9, InstallPlan install-abcde) |"
+    ) in text
+    unfinished = {**reinstall, "install_plan": "", "completed": False}
+    text = render_report(canary_entry(stage="rollback", outcome="failed", operator={"reinstall": unfinished}))
+    assert "| Operator | NOT FINISHED: being reinstalled through OLM" in text
+    assert "| Operator |" not in render_report(canary_entry(operator={"method": "olm", "changed": False}))
