@@ -91,6 +91,20 @@ def failures(entry: Mapping[str, Any]) -> List[str]:
     return unique
 
 
+def operator_text(operator: Any) -> str:
+    """An OLM reinstall of the operator (OLM does not downgrade): from, to, and how far it got."""
+    reinstall = operator.get("reinstall") if isinstance(operator, Mapping) else None
+    if not isinstance(reinstall, Mapping):
+        return ""
+    text = f"reinstalled through OLM, {reinstall.get('from_csv')} -> {reinstall.get('to_csv')}"
+    if reinstall.get("channel"):
+        text += f" (channel {reinstall['channel']}"
+        text += f", InstallPlan {reinstall['install_plan']})" if reinstall.get("install_plan") else ")"
+    if not reinstall.get("completed"):
+        text = "NOT FINISHED: " + text.replace("reinstalled", "being reinstalled", 1)
+    return text
+
+
 def not_restored(entry: Mapping[str, Any]) -> List[Mapping[str, Any]]:
     """Pre-steps of the stage (SR-IOV scale-down, policy deletion, ...) still in place."""
     return [step for step in entry.get("pre_steps") or [] if isinstance(step, Mapping) and not step.get("restored")]
@@ -251,6 +265,9 @@ def render_report(entry: Mapping[str, Any]) -> str:
                 + (f", {len(bake.get('failed_checks') or [])} failed checks" if bake.get("failed_checks") else ""),
             ]
         )
+    operator = operator_text(entry.get("operator"))
+    if operator:
+        summary.append(["Operator", operator])
     capacity = capacity_text(entry.get("capacity"))
     if capacity:
         summary.append(["Capacity", capacity])

@@ -19,7 +19,6 @@ from gpufleet_twin.process import TwinProcess, start_twin
 
 from .fault_matrix import (
     Case,
-    Drift,
     Group,
     Halt,
     NextFailed,
@@ -271,16 +270,7 @@ CASES: list[tuple[str, Case]] = [
 
 # Cases that expose a bug not fixed here: strict, so the fix turns them into failures to remove the mark; with
 # ``raises`` only that failure is expected (any other broken invariant still fails the case).
-OPERATOR_LEFT = (
-    "a GPU Operator canary moves the operator's CSV to v25.3.0 and the stage=rollback that undoes it leaves the CSV "
-    "there: audit.yml then reports cluster-wide drift on gpu_operator (expected v24.9.0)"
-)
 KNOWN_BUGS: dict[str, dict[str, Any]] = {
-    # Retried now (the canary succeeds through the burst); what is left is its rollback's operator.
-    "api-5xx-burst": {"reason": OPERATOR_LEFT, "raises": Drift},
-    "429-burst": {"reason": OPERATOR_LEFT, "raises": Drift},
-    "node-already-cordoned": {"reason": OPERATOR_LEFT, "raises": Drift},
-    "sigkill-then-rerun": {"reason": OPERATOR_LEFT, "raises": Drift},
     "driver-build-fails": {
         "reason": (
             "issue 16 item 4, what is left: after a canary halted by a driver that does not build, the report's Next "
@@ -308,7 +298,6 @@ def test_fault(groups: Groups, group_name: str, case: Case) -> None:
         run_case(group, case)
 
 
-@pytest.mark.xfail(strict=True, **KNOWN_BUGS["sigkill-then-rerun"])
 def test_sigkill_of_the_process_group_mid_stage_then_rerun(groups: Groups) -> None:
     with groups.case("gpu_operator") as group:
         sigkill_then_rerun(group)

@@ -189,6 +189,7 @@ def test_node_never_returns_after_reboot(simulate) -> None:
         ({"type": "api_errors", "code": 418, "count": 1}, "code must be one of"),
         ({"type": "slow", "delay": 1}, "needs 'count'"),
         ({"type": "driver_build_fails"}, "needs 'kernel'"),
+        ({"type": "olm_bundle_pruned"}, "needs 'version'"),
         ({"type": "reboot", "node": "n", "at": -1}, "cannot be negative"),
         ({"type": "node_step_failures"}, "needs 'fraction', a number from 0 to 1"),
         ({"type": "node_step_failures", "fraction": 1.5}, "needs 'fraction', a number from 0 to 1"),
@@ -234,6 +235,7 @@ def _state(cluster: SimCluster, node: str, faults: FaultInjector) -> dict:
         "driver_kernels": set(cluster.sim.kernels_without_driver_build),
         "mofed_kernels": set(cluster.sim.kernels_without_mofed_build),
         "mc_failures": dict(cluster.sim.machine_config_failures),
+        "pruned_bundles": set(cluster.sim.olm_pruned_bundles),
         "pdb_annotation": (pdb["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION) if pdb else None,
         "never_allow": set(faults._never_allow),
         "step_draws": len(cluster.sim.step_failure_draws),
@@ -266,6 +268,10 @@ FAULT_CASES = {
     "pdb_never_allows": (
         {"namespace": "default", "name": "train"},
         lambda s: s["pdb_annotation"] == "true" and ("default", "train") in s["never_allow"],
+    ),
+    "olm_bundle_pruned": (
+        {"version": "v24.9.0"},
+        lambda s: s["pruned_bundles"] == {("gpu-operator-certified", "24.9.0")},
     ),
 }
 

@@ -186,3 +186,154 @@ def test_automatic_approval_installs_the_channel_head() -> None:
 
     run(twin, scenario)
     assert operator_image(twin, kinds) == "nvcr.io/nvidia/gpu-operator:v25.10.1"
+
+
+def packagemanifest(twin: Twin) -> Obj:
+    rtype = twin.registry.get(olm.PACKAGES_GROUP, "packagemanifests")
+    assert rtype is not None
+    return twin.store.get(rtype, olm.CATALOG_NAMESPACE, olm.PACKAGE)
+
+
+def entries(manifest: Obj, channel: str) -> list[str]:
+    found = next(c for c in manifest["status"]["channels"] if c["name"] == channel)
+    return [entry["name"] for entry in found["entries"]]
+
+
+def approve_referenced_plan(twin: Twin, csv: str) -> str:
+    plans = kind(twin, "installplans")
+    name = subscription(twin)["status"]["installPlanRef"]["name"]
+    plan = twin.store.get(plans, NAMESPACE, name)
+    assert plan["spec"]["clusterServiceVersionNames"] == [csv]
+
+    def approve(obj: Obj) -> None:
+        obj["spec"]["approved"] = True
+
+    twin.store.mutate(plans, NAMESPACE, name, approve)
+    return name
+
+
+def test_the_catalog_is_served_as_a_packagemanifest_and_the_operator_deployment_belongs_to_its_csv() -> None:
+    twin, kinds = make_twin()
+    run(twin, lambda: asyncio.sleep(0.05))
+    manifest = packagemanifest(twin)
+    assert manifest["metadata"]["labels"]["catalog"] == "certified-operators"
+    assert manifest["status"]["packageName"] == olm.PACKAGE
+    assert entries(manifest, "stable")[0] == "gpu-operator-certified.v26.3.0"  # newest first, as the server lists
+    assert "gpu-operator-certified.v24.9.0" in entries(manifest, "v24.9")
+    deployment = twin.store.get(kinds.deployment, NAMESPACE, "gpu-operator")
+    owner = deployment["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("ClusterServiceVersion", "gpu-operator-certified.v24.9.0")
+
+
+def test_reinstall_of_the_older_version_after_uninstall_keeps_the_clusterpolicy() -> None:
+    """OLM's way back: upgrade, delete the Subscription and the CSV (the operator goes, the ClusterPolicy stays), then
+    subscribe with startingCSV at the older CSV, Manual: exactly that plan installs it and the operator returns."""
+    twin, kinds = make_twin()
+    subs, csvs, plans = kind(twin, "subscriptions"), kind(twin, "clusterserviceversions"), kind(twin, "installplans")
+    policies = twin.registry.get("nvidia.com", "clusterpolicies")
+    assert policies is not None
+    old, new = "gpu-operator-certified.v24.9.0", "gpu-operator-certified.v25.3.0"
+
+    def csv_phase(name: str) -> str | None:
+        csv = twin.store.try_get(csvs, NAMESPACE, name)
+        return None if csv is None else (csv.get("status") or {}).get("phase")
+
+    async def scenario() -> None:
+        set_channel(twin, "v25.3")
+        await until(lambda: subscription(twin)["status"].get("state") == "UpgradePending", what="UpgradePending")
+        approve_referenced_plan(twin, new)
+        await until(lambda: csv_phase(new) == "Succeeded", what="v25.3.0 installed")
+        # The new CSV adopted the Deployment before the old CSV went: the operator survived the upgrade.
+        await asyncio.sleep(0.05)
+        assert operator_image(twin, kinds).endswith(":v25.3.0")
+        policy_uid = twin.store.list(policies)[0]["metadata"]["uid"]
+
+        twin.store.delete(subs, NAMESPACE, olm.PACKAGE)
+        twin.store.delete(csvs, NAMESPACE, new)
+        await until(
+            lambda: twin.store.try_get(kinds.deployment, NAMESPACE, "gpu-operator") is None,
+            what="the collector to delete the operator Deployment with its CSV",
+        )
+        assert twin.store.list(policies)[0]["metadata"]["uid"] == policy_uid  # CRs stay
+
+        twin.store.create(
+            subs,
+            {
+                "apiVersion": olm.API_VERSION,
+                "kind": "Subscription",
+                "metadata": {"name": olm.PACKAGE, "namespace": NAMESPACE},
+                "spec": {
+                    "channel": "stable",  # its head (26.3.0) is newer: only the startingCSV is planned first
+                    "installPlanApproval": "Manual",
+                    "name": olm.PACKAGE,
+                    "source": olm.CATALOG_SOURCE,
+                    "sourceNamespace": olm.CATALOG_NAMESPACE,
+                    "startingCSV": old,
+                },
+            },
+        )
+        await until(lambda: "installPlanRef" in (subscription(twin).get("status") or {}), what="a plan")
+        assert subscription(twin)["status"]["currentCSV"] == old
+        twin.clock.advance(300)
+        await asyncio.sleep(0.05)
+        assert csv_phase(old) is None, "a Manual plan installs nothing before its approval"
+        approve_referenced_plan(twin, old)
+        await until(lambda: csv_phase(old) == "Succeeded", what="v24.9.0 installed again")
+        # Installed, the channel's newer head gets a plan of its own that waits for approval.
+        await until(lambda: subscription(twin)["status"].get("currentCSV") != old, what="the upgrade plan")
+        twin.clock.advance(300)
+        await asyncio.sleep(0.05)
+
+    run(twin, scenario)
+    status = subscription(twin)["status"]
+    assert (status["installedCSV"], status["state"]) == (old, "UpgradePending")
+    pending = twin.store.get(plans, NAMESPACE, status["installPlanRef"]["name"])
+    assert (pending["spec"]["clusterServiceVersionNames"], pending["spec"]["approved"]) == (
+        ["gpu-operator-certified.v26.3.0"],
+        False,
+    )
+    assert operator_image(twin, kinds) == "nvcr.io/nvidia/gpu-operator:v24.9.0"
+    deployment = twin.store.get(kinds.deployment, NAMESPACE, "gpu-operator")
+    assert deployment["metadata"]["ownerReferences"][0]["name"] == old
+    assert twin.store.try_get(csvs, NAMESPACE, new) is None
+
+
+def test_a_starting_csv_the_catalog_no_longer_carries_fails_resolution() -> None:
+    twin, _kinds = make_twin()
+    twin.sim.olm_pruned_bundles.add((olm.PACKAGE, "24.9.0"))  # what the fault olm_bundle_pruned does
+    subs = kind(twin, "subscriptions")
+
+    async def scenario() -> None:
+        await until(
+            lambda: "gpu-operator-certified.v24.9.0" not in entries(packagemanifest(twin), "stable"),
+            what="the PackageManifest without the pruned bundle",
+        )
+        assert "v24.9" not in {c["name"] for c in packagemanifest(twin)["status"]["channels"]}
+        twin.store.delete(subs, NAMESPACE, olm.PACKAGE)
+        twin.store.create(
+            subs,
+            {
+                "apiVersion": olm.API_VERSION,
+                "kind": "Subscription",
+                "metadata": {"name": olm.PACKAGE, "namespace": NAMESPACE},
+                "spec": {
+                    "channel": "stable",
+                    "installPlanApproval": "Manual",
+                    "name": olm.PACKAGE,
+                    "source": olm.CATALOG_SOURCE,
+                    "sourceNamespace": olm.CATALOG_NAMESPACE,
+                    "startingCSV": "gpu-operator-certified.v24.9.0",
+                },
+            },
+        )
+
+        def failed() -> bool:
+            conditions = (subscription(twin).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "ResolutionFailed" for c in conditions)
+
+        await until(failed, what="ResolutionFailed")
+
+    run(twin, scenario)
+    message = subscription(twin)["status"]["conditions"][0]["message"]
+    assert "no operators found with name gpu-operator-certified.v24.9.0 in channel stable" in message
+    assert twin.store.list(kind(twin, "installplans"), NAMESPACE) == []

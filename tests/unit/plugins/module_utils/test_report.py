@@ -223,3 +223,22 @@ def test_next_of_a_change_that_cannot_be_undone_goes_forward() -> None:
     assert canary.index("stage=canary") < canary.index("stage=rollback"), "the command to run comes first"
     promote = next_step({"stage": "promote", "outcome": "failed", "cluster_changed": True, "forward_only": why})
     assert "run stage=promote again" in promote and "bake" not in promote
+
+
+def test_an_olm_reinstall_of_the_operator_is_shown_with_how_far_it_got() -> None:
+    reinstall = {
+        "from_csv": "gpu-operator-certified.v25.3.0",
+        "to_csv": "gpu-operator-certified.v24.9.0",
+        "channel": "v24.9",
+        "install_plan": "install-abcde",
+        "completed": True,
+    }
+    text = render_report(canary_entry(stage="rollback", operator={"method": "olm", "reinstall": reinstall}))
+    assert (
+        "| Operator | reinstalled through OLM, gpu-operator-certified.v25.3.0 -> gpu-operator-certified.v24.9.0 "
+        "(channel v24.9, InstallPlan install-abcde) |"
+    ) in text
+    unfinished = {**reinstall, "install_plan": "", "completed": False}
+    text = render_report(canary_entry(stage="rollback", outcome="failed", operator={"reinstall": unfinished}))
+    assert "| Operator | NOT FINISHED: being reinstalled through OLM" in text
+    assert "| Operator |" not in render_report(canary_entry(operator={"method": "olm", "changed": False}))

@@ -24,6 +24,8 @@ at simulated time ``at`` (seconds after the cluster was populated):
   update leaves it Degraded.  The draw is a hash of (seed, node, step, version built / release applied / the
   node's n-th reboot since the fault began), so the same seed fails the same steps whatever the timing.  The
   steps it failed are listed in ``failed_steps``.
+- ``olm_bundle_pruned`` {version, package="gpu-operator-certified"}: a catalog update took that OLM bundle out of
+  the catalog (its PackageManifest entries and every channel); a Subscription can no longer install it.
 
 Request faults act on API requests that match ``verb`` (a verb or a list),
 ``resource`` (plural, ``pods/eviction``, ``*``), optionally ``namespace`` and
@@ -84,6 +86,7 @@ NODE_FAULTS = frozenset(
         "mofed_build_fails",
         "machine_config_fails",
         "node_step_failures",
+        "olm_bundle_pruned",
     }
 )
 NODE_STEPS = ("driver_build", "mofed_build", "reboot", "machine_config")
@@ -167,13 +170,21 @@ def validate_fault(spec: Obj) -> None:
     kind = spec.get("type")
     if kind not in NODE_FAULTS | REQUEST_FAULTS:
         raise ValueError(f"unknown fault type {kind!r}; known: {', '.join(sorted(NODE_FAULTS | REQUEST_FAULTS))}")
-    cluster_wide = {"driver_build_fails", "pdb_never_allows", "mofed_build_fails", "node_step_failures"}
+    cluster_wide = {
+        "driver_build_fails",
+        "pdb_never_allows",
+        "mofed_build_fails",
+        "node_step_failures",
+        "olm_bundle_pruned",
+    }
     if kind in NODE_FAULTS - cluster_wide and not (spec.get("node") or spec.get("nodes")):
         raise ValueError(f"fault {kind} needs 'node' (or 'nodes')")
     if kind == "mofed_build_fails" and not spec.get("kernel"):
         raise ValueError("fault mofed_build_fails needs 'kernel'")
     if kind == "driver_build_fails" and not spec.get("kernel"):
         raise ValueError("fault driver_build_fails needs 'kernel'")
+    if kind == "olm_bundle_pruned" and not spec.get("version"):
+        raise ValueError("fault olm_bundle_pruned needs 'version' (the bundle's CSV version, e.g. 24.9.0)")
     if kind == "pdb_never_allows" and not (spec.get("name") and spec.get("namespace")):
         raise ValueError("fault pdb_never_allows needs 'namespace' and 'name'")
     if kind == "node_step_failures":
@@ -314,6 +325,8 @@ class FaultInjector:
     def _key_of(fault: Fault) -> str:
         if fault.type == "pdb_never_allows":
             return f"{fault.params.get('namespace')}/{fault.params.get('name')}"
+        if fault.type == "olm_bundle_pruned":
+            return "/".join(FaultInjector._pruned_bundle(fault))
         return str(fault.params.get("kernel"))
 
     # -- node faults -------------------------------------------------------------------------------------
@@ -438,6 +451,21 @@ class FaultInjector:
         def restore() -> None:
             if not self._held_by_another(fault, key=kernel):
                 self._sim.kernels_without_mofed_build.discard(kernel)
+
+        fault.undo.append(restore)
+
+    @staticmethod
+    def _pruned_bundle(fault: Fault) -> tuple[str, str]:
+        package = str(fault.params.get("package") or "gpu-operator-certified")
+        return package, str(fault.params["version"]).removeprefix("v")
+
+    def _apply_olm_bundle_pruned(self, fault: Fault) -> None:
+        bundle = self._pruned_bundle(fault)
+        self._sim.olm_pruned_bundles.add(bundle)
+
+        def restore() -> None:
+            if not self._held_by_another(fault, key="/".join(bundle)):
+                self._sim.olm_pruned_bundles.discard(bundle)
 
         fault.undo.append(restore)
 

@@ -377,10 +377,12 @@ def operator_deployment(*, namespace: str, release: GpuOperatorRelease) -> Obj:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": OPERATOR_DEPLOYMENT, "namespace": namespace, "labels": labels},
+        # Copies: an object read from an API server shares no maps between its fields (a label added to the
+        # Deployment's metadata must not land in its selector).
+        "metadata": {"name": OPERATOR_DEPLOYMENT, "namespace": namespace, "labels": dict(labels)},
         "spec": {
             "replicas": 1,
-            "selector": {"matchLabels": labels},
+            "selector": {"matchLabels": dict(labels)},
             "strategy": {"type": "Recreate"},
             "template": {
                 "metadata": {"labels": pod_labels},
@@ -1030,18 +1032,26 @@ class GpuOperator:
             await self._waker.wait(self._next_wait())
 
     def reconcile_once(self) -> None:
-        """One pass of every controller: policy, driver manager, upgrade (each only when due)."""
+        """One pass of every controller: policy, driver manager, upgrade (each only when due).
+
+        The policy and upgrade controllers run in the operator's pod: while its Deployment is gone (an OLM
+        uninstall deleted it with its CSV) nothing reconciles the ClusterPolicy; the driver manager runs in the
+        driver pods, which stay."""
         now = self.twin.clock.now()
-        if self._policy_dirty:
+        running = self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT) is not None
+        if running and self._policy_dirty:
             self._policy_dirty = False
             self.reconcile_policies()
         self._step_driver_manager(now)
-        if self._upgrade_dirty or now >= self._next_upgrade_at:
+        if running and (self._upgrade_dirty or now >= self._next_upgrade_at):
             self._upgrade_dirty = False
             self.reconcile_upgrade(now)
 
-    def _next_wait(self) -> float:
+    def _next_wait(self) -> float | None:
         now = self.twin.clock.now()
+        if self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT) is None:
+            # No operator to requeue: its Deployment's return wakes us (and the driver manager's pauses).
+            return self.timings.eviction_retry if self._pauses else None
         wait = max(0.0, self._next_upgrade_at - now)
         if self._pauses:
             wait = min(wait, self.timings.eviction_retry)
@@ -1086,6 +1096,12 @@ class GpuOperator:
             return True
         if key == self.kinds.pod.key:
             return self._on_pod_event(event)
+        if key == self.kinds.deployment.key and event.type in ("ADDED", "DELETED"):
+            meta = event.obj.get("metadata") or {}
+            if (meta.get("namespace"), meta.get("name")) == (self.namespace, OPERATOR_DEPLOYMENT):
+                # The operator (re)starts: a new process reconciles everything once.
+                self._policy_dirty = self._upgrade_dirty = True
+                return True
         return False
 
     def _on_pod_event(self, event: WatchEvent) -> bool:

@@ -17,7 +17,25 @@ What a GPU Operator upgrade on OpenShift goes through (operator-framework/api
   the plan goes ``Complete``, the Subscription ``AtLatestKnown`` with the new
   ``installedCSV``; the CSV is ``Succeeded`` once its Deployment is available;
 - OLM never downgrades: a channel whose head is older than the installed CSV
-  fails resolution (condition ``ResolutionFailed``).
+  fails resolution (condition ``ResolutionFailed``).  The supported way back
+  (OLM's "uninstall your operator" task, OpenShift's "installing a specific
+  version of an Operator") is to delete the Subscription, then the CSV, and
+  subscribe again with ``startingCSV`` set to the older CSV: a Subscription
+  with no ``installedCSV`` plans its ``startingCSV`` (it must be an entry of
+  its channel, else resolution fails naming it) instead of the channel head;
+  once installed, a newer head gets its own plan (which waits for approval
+  under ``installPlanApproval: Manual``);
+- the operator Deployment is owned by its CSV (``ownerReferences``, as OLM's
+  install strategy writes it): a new CSV adopts it before the old CSV goes, and
+  deleting the CSV lets the garbage collector delete the Deployment (and so
+  the operator) while the CRDs and the CRs such as the ClusterPolicy stay; the
+  next install creates the Deployment again from the CSV's install strategy;
+- the catalog is served read-only as ``PackageManifest``
+  (``packages.operators.coreos.com/v1``, in ``openshift-marketplace``, labels
+  ``catalog`` and ``catalog-namespace``) with every channel's ``currentCSV``
+  and ``entries`` (name, version), as the package server lists it; the fault
+  ``olm_bundle_pruned`` {version, package?} takes a bundle out of the catalog
+  (a catalog update that pruned it) until it ends.
 
 The catalog is a fixed snapshot (``CATALOG``) in which the channels end at
 the versions the project's example matrix uses (``v24.9`` at 24.9.0, ``v25.3``
@@ -32,7 +50,8 @@ the cluster: on 4.16 it is a 4.16.0 build, once the cluster runs 4.17 the 4.17.0
 the SR-IOV operator is upgraded after OpenShift).  Installing a new SR-IOV CSV rolls the operator
 Deployment and, as the new operator does once it runs, its config daemon DaemonSet to the new images.
 
-Left out: CatalogSources as objects, OperatorGroups, dependency resolution,
+Left out: CatalogSources as objects, OperatorGroups, dependency resolution, the package server's
+refusal of writes to PackageManifests (the twin serves them as a CRD: do not write them),
 skipRange/replaces graphs (a plan goes straight to the channel head), bundle
 unpacking jobs, and the bundle's CRD contents (the CRDs the twin serves stay
 as they are; the plan lists the step).
@@ -66,6 +85,9 @@ Obj = dict[str, Any]
 GROUP = "operators.coreos.com"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+# The package server's read-only view of the catalogs (``oc get packagemanifests -n openshift-marketplace``).
+PACKAGES_GROUP = "packages.operators.coreos.com"
+PACKAGES_VERSION = "v1"
 PACKAGE = "gpu-operator-certified"
 CATALOG_SOURCE = "certified-operators"
 CATALOG_NAMESPACE = "openshift-marketplace"
@@ -135,14 +157,22 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
 
 
-def _schemaless_crd(*, kind: str, plural: str, short_names: list[str], columns: list[Obj]) -> Obj:
+def _schemaless_crd(
+    *,
+    kind: str,
+    plural: str,
+    short_names: list[str],
+    columns: list[Obj],
+    group: str = GROUP,
+    version: str = VERSION,
+) -> Obj:
     """A CRD as OLM ships it for our purpose: spec and status kept whole (OLM's own CRDs are much larger)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"gpufleet.io/twin-minimal-crd": "true"}},
+        "metadata": {"name": f"{plural}.{group}", "labels": {"gpufleet.io/twin-minimal-crd": "true"}},
         "spec": {
-            "group": GROUP,
+            "group": group,
             "scope": "Namespaced",
             "names": {
                 "kind": kind,
@@ -154,7 +184,7 @@ def _schemaless_crd(*, kind: str, plural: str, short_names: list[str], columns: 
             },
             "versions": [
                 {
-                    "name": VERSION,
+                    "name": version,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
@@ -198,12 +228,30 @@ INSTALLPLAN_CRD = _schemaless_crd(
     ],
 )
 
+# Served by the package server in real OLM (an aggregated API); here a CRD the OLM model writes.
+PACKAGEMANIFEST_CRD = _schemaless_crd(
+    kind="PackageManifest",
+    plural="packagemanifests",
+    short_names=[],
+    columns=[
+        {"name": "Catalog", "type": "string", "jsonPath": ".status.catalogSourceDisplayName"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
+    group=PACKAGES_GROUP,
+    version=PACKAGES_VERSION,
+)
+CATALOG_DISPLAY_NAMES = {
+    "certified-operators": ("Certified Operators", "Red Hat"),
+    "redhat-operators": ("Red Hat Operators", "Red Hat"),
+}
+
 
 @dataclass
 class _Kinds:
     subscription: ResourceType
     installplan: ResourceType
     csv: ResourceType
+    packagemanifest: ResourceType | None = None
 
 
 class Olm:
@@ -228,7 +276,19 @@ class Olm:
         self.deployment = deployment
         self.installed_version = installed_version
         self._installing: dict[str, float] = {}  # InstallPlan name -> when its install finishes
+        self._bundle_deployment: Obj | None = None
         self.olm: _Kinds | None = None
+
+    def catalog(self) -> dict[str, tuple[str, ...]]:
+        """The package's channels as the catalog serves them now: bundles a catalog update pruned are gone
+        (fault ``olm_bundle_pruned``), and a channel left without bundles with them."""
+        pruned = {version for package, version in getattr(self.twin.sim, "olm_pruned_bundles", ()) or ()
+                  if package == self.package.name}  # fmt: skip
+        channels = {
+            channel: tuple(v for v in versions if v not in pruned)
+            for channel, versions in self.package.catalog().items()
+        }
+        return {channel: versions for channel, versions in channels.items() if versions}
 
     # -- wiring -------------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -237,14 +297,32 @@ class Olm:
         if crd_type is None or csv_type is None:
             log.warning("OLM not simulated: no CRD or ClusterServiceVersion kind registered")
             return
-        for crd in (SUBSCRIPTION_CRD, INSTALLPLAN_CRD):
-            if self.twin.registry.get(GROUP, crd["spec"]["names"]["plural"]) is None:
+        for crd in (SUBSCRIPTION_CRD, INSTALLPLAN_CRD, PACKAGEMANIFEST_CRD):
+            if self.twin.registry.get(crd["spec"]["group"], crd["spec"]["names"]["plural"]) is None:
                 self.store.create(crd_type, crd)
         subscription = self.twin.registry.get(GROUP, "subscriptions")
         installplan = self.twin.registry.get(GROUP, "installplans")
         assert subscription is not None and installplan is not None, "CRDs register their kinds when created"
-        self.olm = _Kinds(subscription=subscription, installplan=installplan, csv=csv_type)
+        self.olm = _Kinds(
+            subscription=subscription,
+            installplan=installplan,
+            csv=csv_type,
+            packagemanifest=self.twin.registry.get(PACKAGES_GROUP, "packagemanifests"),
+        )
+        deployment = self.store.try_get(self.kinds.deployment, self.namespace, self.deployment)
+        if deployment is not None:
+            # The bundle's Deployment as its CSV's install strategy carries it (the operator image aside): what a
+            # reinstall creates again after the CSV, and with it the Deployment, was deleted.
+            self._bundle_deployment = json.loads(
+                json.dumps(
+                    {
+                        "metadata": {"labels": deployment["metadata"].get("labels") or {}},
+                        "spec": {k: v for k, v in deployment["spec"].items() if k != "strategy"},
+                    }
+                )
+            )
         self.seed()
+        self.reconcile_packagemanifest()
         self.twin.controllers.append(self)
         facts = {
             "subscription": self.package.name,
@@ -295,6 +373,24 @@ class Olm:
             created,
             {"currentCSV": installed, "installedCSV": installed, "state": "AtLatestKnown", **self._stamp()},
         )
+        self.adopt_deployment(installed)
+
+    def adopt_deployment(self, csv: str) -> None:
+        """The operator Deployment is owned by its CSV, as OLM's install strategy writes it (not a controller
+        reference: the CSV does not manage it as a ReplicaSet would); deleting the CSV deletes the operator."""
+        assert self.olm is not None
+        owner = self.store.try_get(self.olm.csv, self.namespace, csv)
+        if owner is None or self.store.try_get(self.kinds.deployment, self.namespace, self.deployment) is None:
+            return
+        reference = {**podutil.owner_reference(owner, block_owner_deletion=False), "controller": False}
+
+        def own(deployment: Obj) -> None:
+            deployment["metadata"]["ownerReferences"] = [reference]
+            deployment["metadata"].setdefault("labels", {})["olm.owner"] = csv
+
+        current = self.store.get(self.kinds.deployment, self.namespace, self.deployment)
+        if (current["metadata"].get("ownerReferences") or []) != [reference]:
+            self.store.mutate(self.kinds.deployment, self.namespace, self.deployment, own)
 
     # -- the controller -----------------------------------------------------------------------------------
     async def run(self, twin: Twin) -> None:
@@ -308,9 +404,8 @@ class Olm:
                 log.debug("olm reconcile: %s", exc)
             now = twin.clock.now()
             wait = min((at - now for at in self._installing.values()), default=None)
-            if self.package is not GPU_OPERATOR_PACKAGE:
-                # A catalog that follows the cluster (Red Hat's per-minor index) is re-read on OLM's resync.
-                wait = min(wait, CATALOG_RESYNC_SECONDS) if wait is not None else CATALOG_RESYNC_SECONDS
+            # A catalog that changes (Red Hat's per-minor index, a pruned bundle) is re-read on OLM's resync.
+            wait = min(wait, CATALOG_RESYNC_SECONDS) if wait is not None else CATALOG_RESYNC_SECONDS
             await waker.wait(None if wait is None else max(wait, 0.0))
             await asyncio.sleep(0)
 
@@ -320,12 +415,73 @@ class Olm:
 
     def reconcile_once(self) -> None:
         assert self.olm is not None
+        self.reconcile_packagemanifest()
         for subscription in self.store.list(self.olm.subscription, self.namespace):
             if (subscription.get("spec") or {}).get("name") == self.package.name:
                 self.reconcile_subscription(subscription)
         for plan in self.store.list(self.olm.installplan, self.namespace):
             self.reconcile_installplan(plan)
         self.reconcile_csvs()
+
+    def reconcile_packagemanifest(self) -> None:
+        """The package as the package server lists it: every channel with its head and its entries (newest
+        first), from the catalog as it is now."""
+        assert self.olm is not None
+        rtype = self.olm.packagemanifest
+        if rtype is None:
+            return
+        source = self.package.catalog_source
+        display, publisher = CATALOG_DISPLAY_NAMES.get(source, (source, ""))
+        channels = self.catalog()
+        status = {
+            "catalogSource": source,
+            "catalogSourceDisplayName": display,
+            "catalogSourcePublisher": publisher,
+            "catalogSourceNamespace": CATALOG_NAMESPACE,
+            "packageName": self.package.name,
+            "defaultChannel": "stable" if "stable" in channels else next(iter(channels), ""),
+            "channels": [
+                {
+                    "name": channel,
+                    "currentCSV": csv_name(versions[-1], self.package.name),
+                    "currentCSVDesc": {"displayName": self.package.display_name, "version": versions[-1]},
+                    "entries": [
+                        {"name": csv_name(version, self.package.name), "version": version}
+                        for version in reversed(versions)
+                    ],
+                }
+                for channel, versions in channels.items()
+            ],
+        }
+        current = self.store.try_get(rtype, CATALOG_NAMESPACE, self.package.name)
+        if current is None:
+            namespace_type = self.kinds.namespace
+            if self.store.try_get(namespace_type, None, CATALOG_NAMESPACE) is None:
+                self.store.create(namespace_type, {"metadata": {"name": CATALOG_NAMESPACE}})
+            current = self.store.create(
+                rtype,
+                {
+                    "apiVersion": f"{PACKAGES_GROUP}/{PACKAGES_VERSION}",
+                    "kind": "PackageManifest",
+                    "metadata": {
+                        "name": self.package.name,
+                        "namespace": CATALOG_NAMESPACE,
+                        "labels": {
+                            "catalog": source,
+                            "catalog-namespace": CATALOG_NAMESPACE,
+                            "operatorframework.io/arch.amd64": "supported",
+                            "operatorframework.io/os.linux": "supported",
+                        },
+                    },
+                    "spec": {},
+                },
+            )
+        if (current.get("status") or {}) != status:
+
+            def change(o: Obj) -> None:
+                o["status"] = status
+
+            self.store.mutate(rtype, CATALOG_NAMESPACE, self.package.name, change, subresource="status")
 
     def reconcile_subscription(self, subscription: Obj) -> None:
         assert self.olm is not None
@@ -334,7 +490,7 @@ class Olm:
         installed = str(status.get("installedCSV") or "")
         channel = str(spec.get("channel") or "stable")
         package = self.package.name
-        versions = self.package.catalog().get(channel)
+        versions = self.catalog().get(channel)
         if not versions:
             self._resolution_failed(
                 subscription,
@@ -343,6 +499,18 @@ class Olm:
             )
             return
         head = csv_name(versions[-1], package)
+        starting = str(spec.get("startingCSV") or "")
+        if not installed and starting and starting != head:
+            # A new Subscription installs its startingCSV first (the way to install an older version).
+            if version_of_csv(starting) not in versions:
+                self._resolution_failed(
+                    subscription,
+                    f"constraints not satisfiable: no operators found with name {starting} in channel {channel} "
+                    f"of package {package} in the catalog referenced by subscription "
+                    f"{subscription['metadata']['name']}, subscription {subscription['metadata']['name']} exists",
+                )
+                return
+            head = starting
         if head == installed:
             self._write_status(
                 self.olm.subscription,
@@ -357,16 +525,18 @@ class Olm:
                 "OLM does not downgrade operators",
             )
             return
-        plan = self._plan_for(head)
+        plan = self._plan_for(head, subscription)
         if plan is None:
             approval = str(spec.get("installPlanApproval") or "Automatic")
+            uid = subscription["metadata"].get("uid", "")
             plan = self.store.create(
                 self.olm.installplan,
                 {
                     "apiVersion": API_VERSION,
                     "kind": "InstallPlan",
                     "metadata": {
-                        "name": "install-" + hashlib.sha256(f"{self.namespace}/{head}".encode()).hexdigest()[:5],
+                        # OLM's names are random (generateName "install-"); this one is stable per Subscription.
+                        "name": "install-" + hashlib.sha256(f"{self.namespace}/{head}/{uid}".encode()).hexdigest()[:5],
                         "namespace": self.namespace,
                         "ownerReferences": [podutil.owner_reference(subscription, block_owner_deletion=False)],
                         "labels": {f"operators.coreos.com/{package}.{self.namespace}": ""},
@@ -387,7 +557,7 @@ class Olm:
                     "catalogSources": [self.package.catalog_source],
                     "bundleLookups": [
                         {
-                            "path": self.package.bundle(versions[-1]),
+                            "path": self.package.bundle(version_of_csv(head)),
                             "identifier": head,
                             "catalogSourceRef": {"name": self.package.catalog_source, "namespace": CATALOG_NAMESPACE},
                         }
@@ -467,16 +637,19 @@ class Olm:
                 )
 
     def _install_csv(self, target: str) -> None:
-        """The plan's steps: the new CSV replaces the old one and rolls the operator Deployment's image."""
+        """The plan's steps: the new CSV replaces the old one and rolls the operator Deployment's image (or, after
+        an uninstall deleted it with its CSV, creates it again from the install strategy)."""
         assert self.olm is not None
         version = version_of_csv(target)
         package = self.package.name
         old = [
             c for c in self.store.list(self.olm.csv, self.namespace) if c["metadata"]["name"].startswith(f"{package}.")
         ]
+        old = [c for c in old if c["metadata"]["name"] != target]
         replaces = old[0]["metadata"]["name"] if old else ""
         if self.store.try_get(self.olm.csv, self.namespace, target) is None:
             template = old[0] if old else {"spec": {"displayName": self.package.display_name}}
+            spec = {k: v for k, v in (template.get("spec") or {}).items() if k not in ("install", "replaces")}
             created = self.store.create(
                 self.olm.csv,
                 {
@@ -487,7 +660,7 @@ class Olm:
                         "namespace": self.namespace,
                         "labels": {f"operators.coreos.com/{package}.{self.namespace}": ""},
                     },
-                    "spec": {**(template.get("spec") or {}), "version": version, "replaces": replaces},
+                    "spec": {**spec, "version": version, **({"replaces": replaces} if replaces else {})},
                 },
             )
             self._write_status(
@@ -499,25 +672,15 @@ class Olm:
                     "message": f"installing: waiting for deployment {self.deployment} to become ready",
                 },
             )
-        for csv in old:
-            if csv["metadata"]["name"] != target:
-                self._write_status(
-                    self.olm.csv,
-                    csv,
-                    {"phase": "Replacing", "reason": "BeingReplaced", "message": f"being replaced by csv: {target}"},
-                )
-                try:
-                    self.store.delete(self.olm.csv, self.namespace, csv["metadata"]["name"])
-                except errors.ApiError as exc:
-                    log.debug("old CSV not deleted: %s", exc)
 
         current = self.store.try_get(self.kinds.deployment, self.namespace, self.deployment)
-        if current is None:
-            log.warning("operator Deployment %s/%s not found", self.namespace, self.deployment)
+        source = current if current is not None else self._bundle_deployment
+        if source is None:
+            log.warning("operator Deployment %s/%s not found and no bundle template", self.namespace, self.deployment)
             return
         # OLM writes the Deployment from the CSV's install strategy (spec.install.spec.deployments): the
         # bundle's spec with the new operator image; the bundle sets no update strategy (RollingUpdate).
-        bundle_spec = {k: v for k, v in current["spec"].items() if k != "strategy"}
+        bundle_spec = {k: v for k, v in source["spec"].items() if k != "strategy"}
         bundle_spec = json.loads(json.dumps(bundle_spec))
         for container in bundle_spec["template"]["spec"]["containers"]:
             if container.get("name") == self.package.container:
@@ -535,10 +698,33 @@ class Olm:
 
         try:
             self.store.mutate(self.olm.csv, self.namespace, target, install_strategy)
+            if current is None:
+                labels = dict((source.get("metadata") or {}).get("labels") or {})
+                self.store.create(
+                    self.kinds.deployment,
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "metadata": {"name": self.deployment, "namespace": self.namespace, "labels": labels},
+                        "spec": json.loads(json.dumps(bundle_spec)),
+                    },
+                )
             self.store.mutate(self.kinds.deployment, self.namespace, self.deployment, roll)
+            # The new CSV owns the Deployment before the old one goes, or the collector would take it along.
+            self.adopt_deployment(target)
         except errors.ApiError as exc:
             log.warning("operator Deployment not updated: %s", exc)
             return
+        for csv in old:
+            self._write_status(
+                self.olm.csv,
+                csv,
+                {"phase": "Replacing", "reason": "BeingReplaced", "message": f"being replaced by csv: {target}"},
+            )
+            try:
+                self.store.delete(self.olm.csv, self.namespace, csv["metadata"]["name"])
+            except errors.ApiError as exc:
+                log.debug("old CSV not deleted: %s", exc)
         if self.package.after_install is not None:
             self.package.after_install(version)
 
@@ -570,11 +756,14 @@ class Olm:
                 )
 
     # -- helpers --------------------------------------------------------------------------------------------
-    def _plan_for(self, csv: str) -> Obj | None:
+    def _plan_for(self, csv: str, subscription: Obj) -> Obj | None:
+        """The Subscription's own plan for the CSV (plans of a deleted Subscription wait for the collector)."""
         assert self.olm is not None
+        uid = subscription["metadata"].get("uid")
         for plan in self.store.list(self.olm.installplan, self.namespace):
             names = (plan.get("spec") or {}).get("clusterServiceVersionNames") or []
-            if csv in names and (plan.get("status") or {}).get("phase") != "Failed":
+            owners = {ref.get("uid") for ref in plan["metadata"].get("ownerReferences") or []}
+            if csv in names and uid in owners and (plan.get("status") or {}).get("phase") != "Failed":
                 return plan
         return None
 
@@ -707,6 +896,7 @@ def install_sriov(twin: Twin) -> None:
         message = "install strategy completed with no errors"
         succeeded = {"phase": "Succeeded", "reason": "InstallSucceeded", "message": message}
         operator._write_status(csv_type, created, succeeded)
+    operator.adopt_deployment(name)
 
 
 def attach(operator: Any) -> None:

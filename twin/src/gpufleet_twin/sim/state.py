@@ -124,6 +124,8 @@ class SimState:
     # DOCA/MOFED release does not support yet, network-operator issue #2471).
     mofed_builds: dict[str, set[str]] = field(default_factory=dict)
     kernels_without_mofed_build: set[str] = field(default_factory=set)
+    # OLM bundles a catalog update pruned (fault ``olm_bundle_pruned``): {(package, version), ...}.
+    olm_pruned_bundles: set[tuple[str, str]] = field(default_factory=set)
     # Nodes whose next machine-config update fails (fault ``machine_config_fails``): node -> reason.
     machine_config_failures: dict[str, str] = field(default_factory=dict)
     # Per-node steps drawn to fail at random (fault ``node_step_failures``): each is called with
