@@ -214,6 +214,11 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),
             _g(UPGRADE_ROLE, _L, "machineconfiguration.openshift.io", "machineconfigpools"),
             _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
+            # operator_find.yml, preflight_olm.yml: how the operator is installed (its Subscription, the record an
+            # interrupted OLM reinstall left) and whether the catalog still carries its bundle (the way back).
+            _g(GPU_OPERATOR_ROLE, _R, "operators.coreos.com", "subscriptions"),
+            _g(GPU_OPERATOR_ROLE, _R, "", "configmaps"),
+            _g(UPGRADE_ROLE, ("get", "list"), "packages.operators.coreos.com", "packagemanifests"),
         ),
     ),
     "gpu_operator_operator": (
@@ -225,6 +230,20 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(GPU_OPERATOR_ROLE, _R, "operators.coreos.com", "clusterserviceversions"),
             # operator_manifests.yml reads the operator Deployment when no Subscription exists.
             _g(GPU_OPERATOR_ROLE, _R, "apps", "deployments"),
+            # operator_find.yml: the record an interrupted OLM reinstall left.
+            _g(GPU_OPERATOR_ROLE, _R, "", "configmaps"),
+        ),
+    ),
+    "gpu_operator_olm_reinstall": (
+        "roles/gpu_operator operator_olm_reinstall.yml: take the operator back under OLM (read the catalog, record "
+        "the Subscription in a ConfigMap, delete it and the newer CSV, subscribe to the older CSV, approve its "
+        "InstallPlan)",
+        (
+            _g(UPGRADE_ROLE, ("get", "list"), "packages.operators.coreos.com", "packagemanifests"),
+            _g(GPU_OPERATOR_ROLE, ("get", "create", "patch", "delete"), "", "configmaps"),
+            _g(GPU_OPERATOR_ROLE, ("get", "create", "delete"), "operators.coreos.com", "subscriptions"),
+            _g(GPU_OPERATOR_ROLE, ("get", "list", "delete"), "operators.coreos.com", "clusterserviceversions"),
+            _g(GPU_OPERATOR_ROLE, ("get", "patch"), "operators.coreos.com", "installplans"),
         ),
     ),
     "gpu_operator_operands": (
@@ -335,7 +354,12 @@ COMPONENT_STEPS: Dict[str, Dict[str, Tuple[str, ...]]] = {
         "preflight": ("gpu_operator_preflight",),
         "canary": ("gpu_operator_operator", "gpu_operator_operands", "gpu_operator_driver"),
         "promote": ("gpu_operator_driver", "gpu_operator_operands"),
-        "rollback": ("gpu_operator_operator", "gpu_operator_driver", "gpu_operator_operands"),
+        "rollback": (
+            "gpu_operator_operator",
+            "gpu_operator_olm_reinstall",
+            "gpu_operator_driver",
+            "gpu_operator_operands",
+        ),
     },
     "network_operator": {
         "preflight": ("network_operator_version", "network_operator_mofed"),
