@@ -290,21 +290,15 @@ def known_bug(name: str) -> list[pytest.MarkDecorator]:
     return [pytest.mark.xfail(strict=True, **KNOWN_BUGS[name])] if name in KNOWN_BUGS else []
 
 
-def same_twin(group_name: str) -> pytest.MarkDecorator:
-    """The cases of a component group share its twin: ``pytest -n --dist loadgroup`` keeps them on one worker."""
-    return pytest.mark.xdist_group(f"fault-matrix-{group_name}")
-
-
 @pytest.mark.parametrize(
     ("group_name", "case"),
-    [pytest.param(g, c, id=f"{g}-{c.name}", marks=[*known_bug(c.name), same_twin(g)]) for g, c in CASES],
+    [pytest.param(g, c, id=f"{g}-{c.name}", marks=known_bug(c.name)) for g, c in CASES],
 )
 def test_fault(groups: Groups, group_name: str, case: Case) -> None:
     with groups.case(group_name) as group:
         run_case(group, case)
 
 
-@same_twin("gpu_operator")
 def test_sigkill_of_the_process_group_mid_stage_then_rerun(groups: Groups) -> None:
     with groups.case("gpu_operator") as group:
         sigkill_then_rerun(group)
