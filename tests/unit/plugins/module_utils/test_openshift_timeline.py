@@ -116,12 +116,11 @@ class UnpausedCluster:
     def __init__(self):
         self.requests_sent = 0
         self.patched = False
+        done_005 = node("gpu-worker-005", current=NEW, desired=NEW, boot="boot-2")
         self.looks = [
-            [node("gpu-worker-005", current=NEW, desired=NEW, boot="boot-2"), node("gpu-worker-006", desired=NEW,
-                                                                                      state="Working")],
-            [node("gpu-worker-005", current=NEW, desired=NEW, boot="boot-2"),
-             node("gpu-worker-006", current=NEW, desired=NEW, boot="boot-2")],
-        ]  # fmt: skip
+            [done_005, node("gpu-worker-006", desired=NEW, state="Working")],
+            [done_005, node("gpu-worker-006", current=NEW, desired=NEW, boot="boot-2")],
+        ]
 
     def get(self, ref, name, *, namespace=None):
         assert ref == MACHINE_CONFIG_POOLS and name == "gpu-b"
