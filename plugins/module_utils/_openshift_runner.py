@@ -198,9 +198,13 @@ def wait_for_pool(
     clock: Clock,
     result: Dict[str, Any],
     settled: Optional[Callable[[PoolState], bool]] = None,
+    timeline: Optional[NodeTimeline] = None,
 ) -> PoolState:
-    """Until the pool is Updated (all counts equal) or Degraded (then halt naming the nodes), bounded."""
-    timeline = NodeTimeline()
+    """Until the pool is Updated (all counts equal) or Degraded (then halt naming the nodes), bounded.
+
+    ``timeline`` carries a first look taken before the write that set the pool going (see run_machineconfigpool).
+    """
+    timeline = timeline or NodeTimeline()
     done = settled or (lambda state: state.settled)
 
     def observe() -> Tuple[PoolState, List[Dict[str, Any]]]:
@@ -265,6 +269,13 @@ def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional
     after: Dict[str, Any] = dict(before)
     if current is None and options.state in ("paused", "unpaused"):
         raise InvalidInputError(f"MachineConfigPool {options.name} does not exist")
+    waits = options.wait.wait and not options.check_mode and options.state in ("unpaused", "present")
+    # The timeline's first look is taken before the write that sets the pool going: a node the MCO updates
+    # between that write and the wait's first look (drain and reboot between two reads of a busy client)
+    # would otherwise look as if it had always run its new config.
+    timeline = NodeTimeline()
+    if waits:
+        timeline.observe(api.list(NODES), pool=options.name, at=iso(clock.now()))
     if options.state in ("present", "absent"):
         nodes = api.list(NODES)
         membership = membership_plan(
@@ -339,10 +350,9 @@ def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional
             result["patches"].append({"op": "delete", "kind": "MachineConfigPool", "name": options.name})
     if options.diff or options.check_mode:
         result["diff"] = {"before": before, "after": after}
-    waits = options.wait.wait and not options.check_mode and options.state in ("unpaused", "present")
     pool_now = api.get(MACHINE_CONFIG_POOLS, options.name) if not options.check_mode else current
     if waits and pool_now is not None and not pool_state(pool_now).paused:
-        wait_for_pool(api, name=options.name, wait=options.wait, clock=clock, result=result)
+        wait_for_pool(api, name=options.name, wait=options.wait, clock=clock, result=result, timeline=timeline)
     elif pool_now is not None:
         result["pool"] = pool_state(pool_now).summary()
     result.setdefault("timeline", [])

@@ -92,14 +92,6 @@ def most_at_once(outages: list[tuple[str, str, str]]) -> int:
     return peak
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "Open finding: on main (with the twin's load-capped clock) two runs in a row saw dist-train-3 killed while "
-        "dist-train-2's replacement had not started (PDB maxUnavailable 1); it passed twice on its branch. "
-        "Whether the twin's GPU Operator drain or its eviction lets the second rank go is not yet known."
-    ),
-)
 def test_driver_rollout_keeps_the_training_statefulset_within_its_pdb(twin, tmp_path):
     settled_policy(twin)
     wait_for(lambda: ranks_ready(twin) == dict.fromkeys(RANKS, True), what="the four ranks to be ready")

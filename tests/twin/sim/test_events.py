@@ -64,3 +64,25 @@ def test_repeated_events_aggregate_and_expire() -> None:
         )
 
     asyncio.run(check())
+
+
+def test_events_recorded_while_simulated_time_stands_still_are_all_kept() -> None:
+    # On a busy machine one turn of the twin's loop counts max_step at most, so the kubelet's Pulled, Created and
+    # Started of one container can carry the same simulated instant: all three are Events of their own (the third
+    # used to be dropped, its name taken twice), and the StatefulSet test's outages end at their Started.
+    async def check() -> None:
+        cluster = make_cluster(nodes=1)
+        clock = cluster.twin.clock
+        instant = clock.now()
+        clock.now = lambda: instant  # type: ignore[method-assign]
+        events = EventRecorder(cluster.store, cluster.kinds.event, clock)
+        node = cluster.node(cluster.workers[0])
+        recorded = [
+            events.record(node, reason=reason, message=f"{reason} container x", component="kubelet")
+            for reason in ("Pulled", "Created", "Started")
+        ]
+        assert all(event is not None for event in recorded), recorded
+        stored = {e["reason"] for e in cluster.store.list(cluster.kinds.event)}
+        assert stored == {"Pulled", "Created", "Started"}
+
+    asyncio.run(check())

@@ -7,7 +7,9 @@ import datetime
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import MACHINE_CONFIG_POOLS, NODES
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import (
     Clock,
+    PoolOptions,
     WaitOptions,
+    run_machineconfigpool,
     wait_for_pool,
 )
 
@@ -106,3 +108,50 @@ def test_nodes_of_other_pools_are_not_in_the_timeline():
         cluster, name="gpu-b", wait=WaitOptions(timeout=60, sleep=1), clock=Clock(pause=lambda s: None), result=result
     )
     assert result["timeline"] == []
+
+
+class UnpausedCluster:
+    """gpu-b paused until the module's PATCH; by the wait's first look the MCO already updated gpu-worker-005."""
+
+    def __init__(self):
+        self.requests_sent = 0
+        self.patched = False
+        done_005 = node("gpu-worker-005", current=NEW, desired=NEW, boot="boot-2")
+        self.looks = [
+            [done_005, node("gpu-worker-006", desired=NEW, state="Working")],
+            [done_005, node("gpu-worker-006", current=NEW, desired=NEW, boot="boot-2")],
+        ]
+
+    def get(self, ref, name, *, namespace=None):
+        assert ref == MACHINE_CONFIG_POOLS and name == "gpu-b"
+        if not self.patched:
+            found = pool(updated=0)
+            found["spec"]["paused"] = True
+            found["metadata"]["resourceVersion"] = "7"
+            return found
+        return pool(updated=1 if len(self.looks) > 1 else 2)
+
+    def list(self, ref, *, namespace=None, **_):
+        assert ref == NODES
+        if not self.patched:
+            return [node("gpu-worker-005"), node("gpu-worker-006")]
+        return self.looks.pop(0)
+
+    def patch(self, ref, name, body, *, namespace=None):
+        assert ref == MACHINE_CONFIG_POOLS and body["spec"]["paused"] is False
+        self.patched = True
+        return body
+
+
+def test_a_node_updated_between_the_unpause_and_the_first_look_is_in_the_timeline():
+    # A busy client: between its PATCH and its first read the MCO handed gpu-worker-005 the config, drained and
+    # rebooted it (a reboot is half a real second at 600x). The look taken before the PATCH still shows it moved.
+    result = run_machineconfigpool(
+        UnpausedCluster(),
+        PoolOptions(name="gpu-b", state="unpaused", wait=WaitOptions(timeout=60, sleep=1)),
+        clock=Clock(monotonic=lambda: 0.0, pause=lambda seconds: None),
+    )
+    entries = {entry["node"]: entry for entry in result["timeline"]}
+    assert set(entries) == {"gpu-worker-005", "gpu-worker-006"}, result["timeline"]
+    assert entries["gpu-worker-005"]["rebooted"] is True and entries["gpu-worker-005"]["done_at"] is not None
+    assert entries["gpu-worker-005"]["from_config"] == OLD

@@ -77,6 +77,10 @@ class EventRecorder:
         self._ttl = ttl_seconds
         self._max = max_events
         self._recorded: OrderedDict[_EventKey, _Recorded] = OrderedDict()
+        # The nanosecond stamp of the last Event's name: names stay unique when simulated time stands still
+        # between two Events (one busy loop turn counts max_step at most, see clock.py), as client-go's names do
+        # with the wall clock's nanoseconds.
+        self._last_nanos = 0
 
     def record(
         self,
@@ -122,8 +126,9 @@ class EventRecorder:
         source: Obj = {"component": component}
         if host:
             source["host"] = host
+        self._last_nanos = max(int(now * 1e9), self._last_nanos + 1)
         event: Obj = {
-            "metadata": {"name": f"{ref.get('name', 'unknown')}.{int(now * 1e9):x}", "namespace": namespace},
+            "metadata": {"name": f"{ref.get('name', 'unknown')}.{self._last_nanos:x}", "namespace": namespace},
             "involvedObject": ref,
             "reason": reason,
             "message": message,
