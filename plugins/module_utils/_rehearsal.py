@@ -71,10 +71,10 @@ def profile_of(directory: str) -> str:
 
 # -- calibration ------------------------------------------------------------------------------------
 def step_seconds(rows: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
-    """One node's step durations from its timeline rows (``state``, ``entered_at`` or ``observed_at``)."""
+    """One node's step durations from its timeline rows (``state``, ``entered_at``: the cluster's clock)."""
     entered: Dict[str, float] = {}
     for row in rows:
-        moment = parse_time(row.get("entered_at") or row.get("observed_at"))
+        moment = parse_time(row.get("entered_at"))
         if moment is not None and str(row.get("state")) not in entered:
             entered[str(row.get("state"))] = moment.timestamp()
     found: Dict[str, float] = {}
@@ -166,14 +166,20 @@ def apply_calibration(directory: str, calibration: Mapping[str, Any], *, jitter:
 
 # -- the prediction -----------------------------------------------------------------------------------
 def run_timeline(entry: Mapping[str, Any]) -> Dict[str, List[Dict[str, Any]]]:
-    """The entry's per-node timeline without the states of earlier runs (entered before this run started)."""
+    """The entry's per-node timeline on the cluster's clock, only the states entered while the run ran.
+
+    Rows the controller's Events do not date (``observed_at`` only) are on the controller's own clock and are
+    left out, as are states of earlier runs (and, on a twin of a snapshot, the copied Events of the source's
+    runs, whose times may even lie ahead of the twin's clock).
+    """
     start = parse_time(entry.get("started_at"))
+    end = parse_time(entry.get("recorded_at"))
     timeline: Dict[str, List[Dict[str, Any]]] = {}
     for node, rows in (entry.get("nodes") or {}).items():
         kept = []
         for row in rows if isinstance(rows, list) else []:
-            moment = parse_time(row.get("entered_at") or row.get("observed_at"))
-            if moment is not None and (start is None or moment >= start):
+            moment = parse_time(row.get("entered_at"))
+            if moment is not None and (start is None or moment >= start) and (end is None or moment <= end):
                 kept.append(dict(row))
         timeline[str(node)] = kept
     return timeline
@@ -189,7 +195,7 @@ def rollout_seconds(entry: Mapping[str, Any]) -> Optional[float]:
         moment
         for rows in run_timeline(entry).values()
         for row in rows
-        if (moment := parse_time(row.get("entered_at") or row.get("observed_at"))) is not None
+        if (moment := parse_time(row.get("entered_at"))) is not None
     ]
     if not moments:
         return None
@@ -347,9 +353,7 @@ def report_sections(prediction: Mapping[str, Any]) -> List[Tuple[str, List[str],
     ]
     timeline = []
     for node, rows in sorted((prediction.get("timeline") or {}).items()):
-        states = " -> ".join(
-            f"{r.get('state')}@{(r.get('entered_at') or r.get('observed_at') or '')[11:19]}" for r in rows
-        )
+        states = " -> ".join(f"{r.get('state')}@{str(r.get('entered_at') or '')[11:19]}" for r in rows)
         timeline.append([node, states])
     writes = [
         [key, str(count)] for key, count in sorted(((prediction.get("api_requests") or {}).get("writes") or {}).items())

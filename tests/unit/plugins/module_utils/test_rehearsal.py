@@ -10,8 +10,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import (
     DRIVER_SECONDS_ANNOTATION,
     apply_calibration,
-    build_estimate,
     blocking_pdbs,
+    build_estimate,
     calibrate,
     estimate_markdown,
     estimate_svg,
@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import
     render_html,
     render_markdown,
     rollout_seconds,
+    run_timeline,
     step_seconds,
 )
 
@@ -136,7 +137,7 @@ def test_reports_escape_and_carry_the_same_tables():
     assert "&lt;b&gt;halted" in page and "<b>halted" not in page and "<svg" in page
 
 
-def run(candidate, seed, hours, lost, loss, finished=True):
+def run(candidate, seed, hours, lost, loss, *, finished=True):
     return {
         "candidate": candidate,
         "seed": seed,
@@ -169,3 +170,16 @@ def test_a_setting_with_an_unfinished_run_never_fits():
     runs = [run({"a": 1}, 0, 1, 1, 0.0), run({"a": 1}, 1, 1, 1, 0.0, finished=False)]
     (row,) = build_estimate({"runs": runs}, window_hours=8, max_capacity_loss=1)["rows"]
     assert row["p90_hours"] is None and not row["fits"]
+
+
+def test_the_run_timeline_keeps_only_states_the_cluster_dated_while_the_run_ran():
+    """Copied Events of the source's runs (dated after the rehearsal ended) and controller-clock rows are left out."""
+    rows = [
+        {"state": "upgrade-required", "entered_at": None, "observed_at": "2026-01-01T18:00:00Z"},
+        {"state": "cordon-required", "entered_at": "2026-01-01T00:01:00Z", "observed_at": None},
+        {"state": "upgrade-done", "entered_at": "2026-01-01T00:11:00Z", "observed_at": "2026-01-01T18:00:01Z"},
+        {"state": "validation-required", "entered_at": "2026-01-01T05:00:00Z"},
+    ]
+    entry = {"started_at": "2026-01-01T00:00:00Z", "recorded_at": "2026-01-01T01:00:00Z", "nodes": {"n": rows}}
+    assert [row["state"] for row in run_timeline(entry)["n"]] == ["cordon-required", "upgrade-done"]
+    assert rollout_seconds(entry) == 600.0
