@@ -42,6 +42,18 @@ CANDIDATES = [
 NEW_DRIVER = "570.124.06"
 
 
+def snapshot_of_a_twin(nodes: int, *, workdir: pathlib.Path, snapshot: pathlib.Path) -> tuple[dict, float]:
+    twin = start_twin(nodes=nodes, profile="openshift", time_scale=600, workdir=workdir / "twin", startup_timeout=300)
+    try:
+        api = KubeApi.from_params({"kubeconfig": str(twin.kubeconfig)})
+        wait_settled(api, settle_timeout=900)
+        began = time.monotonic()
+        taken = take_snapshot(api, settings=SnapshotSettings(directory=str(snapshot)), check_mode=False, taken_at="")
+        return taken, time.monotonic() - began
+    finally:
+        twin.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=200)
@@ -50,20 +62,15 @@ def main() -> int:
     parser.add_argument("--window-hours", type=float, default=8.0)
     parser.add_argument("--max-capacity-loss", type=float, default=0.15)
     parser.add_argument("--workdir", type=pathlib.Path, default=None)
+    parser.add_argument("--reuse-snapshot", action="store_true", help="use the workdir's snapshot when it has one")
     options = parser.parse_args()
     workdir = options.workdir or pathlib.Path(tempfile.mkdtemp(prefix="rehearse-bench-"))
     snapshot = workdir / "snapshot"
-    twin = start_twin(
-        nodes=options.nodes, profile="openshift", time_scale=600, workdir=workdir / "twin", startup_timeout=300
-    )
-    try:
-        api = KubeApi.from_params({"kubeconfig": str(twin.kubeconfig)})
-        wait_settled(api, settle_timeout=900)
-        began = time.monotonic()
-        taken = take_snapshot(api, settings=SnapshotSettings(directory=str(snapshot)), check_mode=False, taken_at="")
-        snapshot_seconds = time.monotonic() - began
-    finally:
-        twin.stop()
+    snapshot_seconds = 0.0
+    if options.reuse_snapshot and (snapshot / "snapshot-info.json").is_file():
+        taken = {"counts": json.loads((snapshot / "snapshot-info.json").read_text())["counts"], "api_requests": 0}
+    else:
+        taken, snapshot_seconds = snapshot_of_a_twin(options.nodes, workdir=workdir, snapshot=snapshot)
     out = workdir / "estimate.json"
     began = time.monotonic()
     command = [

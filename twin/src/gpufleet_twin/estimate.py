@@ -5,8 +5,8 @@
 
 For each candidate upgrade policy and each seed, a twin is built in this
 process from the snapshot folder (the same loader as ``serve
---from-snapshot``), its controllers run on a clock this module advances in
-steps (no HTTP, no ansible: a run of hours takes seconds), and the GPU
+--from-snapshot``), its controllers run on the twin's own clock (no HTTP, no ansible: a run of
+hours takes seconds), and the GPU
 Operator's upgrade controller of the twin (``sim/upgrade_model.py``, the model
 the single rehearsal's stage drives through the API) rolls the driver: every
 node held by a canary skip label is released and the ClusterPolicy's
@@ -44,7 +44,11 @@ from .sim.kinds import Kinds
 Obj = dict[str, Any]
 
 GPU_PRESENT = "nvidia.com/gpu.present"
-STEP_SECONDS = 5.0  # simulated seconds per clock step: below every timing of the upgrade model
+DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"  # GFD: the driver loaded on the node
+STEP_SECONDS = 5.0  # simulated seconds between two looks at the nodes' states
+# Simulated seconds per real second: the clock is only held back by the loop's turns (clock.py's max_step), so a
+# rollout runs as fast as the controllers can work.
+TIME_SCALE = 100_000.0
 SETTLE_SECONDS = 1800.0
 
 
@@ -57,9 +61,8 @@ def node_seconds(base: float, *, jitter: float, seed: int, node: str) -> float:
 
 
 async def _advance(twin: Any, seconds: float) -> None:
-    twin.clock.advance(seconds)
-    for _turn in range(4):
-        await asyncio.sleep(0)
+    # The controllers run while this task sleeps on the simulated clock, which runs as fast as the loop turns.
+    await twin.clock.sleep(seconds)
 
 
 def _gpu_nodes(twin: Any, kinds: Kinds) -> list[Obj]:
@@ -78,7 +81,7 @@ async def run_once(
     driver_version: str | None = None,
 ) -> Obj:
     """One rollout on a fresh in-process twin of the snapshot; its duration and capacity numbers."""
-    twin = create_twin(time_scale=1.0)
+    twin = create_twin(time_scale=TIME_SCALE)
     install_crds(twin, load_crd_manifests(own_crds_directory()))
     populate(twin, {"nodes": 0, "profile": profile, "scenario": None, "from_snapshot": str(snapshot)})
     kinds = Kinds.from_registry(twin.registry)
@@ -95,9 +98,10 @@ async def run_once(
             twin.store.mutate(kinds.node, None, name, annotate)
     twin.start_controllers()
     try:
-        await _advance(twin, STEP_SECONDS)
         for _step in range(int(SETTLE_SECONDS / STEP_SECONDS)):
             await _advance(twin, STEP_SECONDS)
+            if _settled(twin, kinds):
+                break
         policy_type = twin.registry.get("nvidia.com", "clusterpolicies")
         assert policy_type is not None, "the snapshot has no ClusterPolicy kind"
         (cluster_policy,) = twin.store.list(policy_type)
@@ -119,11 +123,11 @@ async def run_once(
                     obj["metadata"]["labels"].pop(flavor.skip_label, None)
 
                 twin.store.mutate(kinds.node, None, node["metadata"]["name"], release)
+        target = driver_version or cluster_policy["spec"]["driver"].get("version")
         finished_at = None
         for _step in range(int(max_hours * 3600 / STEP_SECONDS)):
             await _advance(twin, STEP_SECONDS)
-            states = [(n["metadata"].get("labels") or {}).get(flavor.state_label, "") for n in _gpu_nodes(twin, kinds)]
-            if all(state in (um.STATE_DONE, um.STATE_FAILED) for state in states):
+            if all(_node_finished(node, flavor=flavor, target=target) for node in _gpu_nodes(twin, kinds)):
                 finished_at = twin.clock.now()
                 break
         report = recorder.report()
@@ -134,6 +138,24 @@ async def run_once(
     finally:
         await twin.stop_controllers()
     return summarize(report, started=started, finished_at=finished_at, states=states)
+
+
+def _settled(twin: Any, kinds: Kinds) -> bool:
+    """Every DaemonSet has its pods Ready where it wants them (what a loaded snapshot recomputes first)."""
+    daemonsets = twin.store.list(kinds.daemonset)
+    return bool(daemonsets) and all(
+        (ds.get("status") or {}).get("numberReady") == (ds.get("status") or {}).get("desiredNumberScheduled")
+        for ds in daemonsets
+    )
+
+
+def _node_finished(node: Obj, *, flavor: Any, target: str | None) -> bool:
+    """Failed, or done with the target driver loaded (GFD's label), so a node resting from before is not done."""
+    labels = node["metadata"].get("labels") or {}
+    state = labels.get(flavor.state_label, "")
+    if state == um.STATE_FAILED:
+        return True
+    return state == um.STATE_DONE and (target is None or labels.get(DRIVER_LABEL) == target)
 
 
 def summarize(report: Obj, *, started: float, finished_at: float | None, states: dict[str, str]) -> Obj:
