@@ -38,7 +38,7 @@ NAMESPACE_KEYS = (LEDGER, GPU_OPERATOR, NETWORK_OPERATOR, SRIOV_OPERATOR, NODE_E
 # Namespaces that are fixed wherever the collection runs.
 FIXED_NAMESPACES = {NODE_EVENTS: "default"}
 
-PLAYBOOKS = ("audit", "upgrade")
+PLAYBOOKS = ("audit", "upgrade", "rehearse")
 STAGES = ("canary", "bake", "promote", "rollback")
 GROUPS = ("gpu_operator", "network_operator", "firmware", "openshift", "sriov_operator")
 # Optional paths a run may take; each adds the steps named in FEATURE_STEPS.
@@ -97,6 +97,9 @@ class Permission:
 
 AUDIT_ROLE = "gpufleet-audit"
 AUDIT_MATRIX_ROLE = "gpufleet-audit-matrix"
+# rehearse.yml's snapshot only reads: the read-only (audit) account runs it.
+SNAPSHOT_ROLE = "gpufleet-audit-snapshot"
+SNAPSHOT_LEDGER_ROLE = "gpufleet-audit-snapshot-ledger"
 UPGRADE_ROLE = "gpufleet-upgrade"
 LEDGER_ROLE = "gpufleet-upgrade-ledger"
 NODE_EVENTS_ROLE = "gpufleet-upgrade-node-events"
@@ -108,6 +111,12 @@ CLUSTER_ROLES: Tuple[ClusterRoleInfo, ...] = (
     ClusterRoleInfo(AUDIT_ROLE, CLUSTER, "audit.yaml", "audit.yml: read the cluster the drift audit compares"),
     ClusterRoleInfo(
         AUDIT_MATRIX_ROLE, MATRIX, "audit.yaml", "audit.yml: read the matrix ConfigMap (audit_matrix_configmap_name)"
+    ),
+    ClusterRoleInfo(
+        SNAPSHOT_ROLE, CLUSTER, "audit.yaml", "rehearse.yml: read the cluster into a snapshot (never Secrets)"
+    ),
+    ClusterRoleInfo(
+        SNAPSHOT_LEDGER_ROLE, LEDGER, "audit.yaml", "rehearse.yml: read the ledger ConfigMap into the snapshot"
     ),
     ClusterRoleInfo(UPGRADE_ROLE, CLUSTER, "upgrade.yaml", "upgrade.yml: nodes, evictions and the operators' CRs"),
     ClusterRoleInfo(LEDGER_ROLE, LEDGER, "upgrade.yaml", "upgrade.yml: ledger, stage Lease and gate Jobs"),
@@ -168,6 +177,33 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
     "audit_matrix_configmap": (
         "roles/audit: gpu_matrix_check reads the matrix from a ConfigMap",
         (_g(AUDIT_MATRIX_ROLE, _R, "", "configmaps"),),
+    ),
+    "rehearse_snapshot": (
+        "playbooks/rehearse.yml: cluster_snapshot lists what the rehearsal's twin loads and gets the ledger by name",
+        (
+            _g(SNAPSHOT_ROLE, _L, "", "namespaces"),
+            _g(SNAPSHOT_ROLE, _L, "", "nodes"),
+            _g(SNAPSHOT_ROLE, _L, "", "pods"),
+            _g(SNAPSHOT_ROLE, _L, "", "events"),
+            _g(SNAPSHOT_ROLE, _L, "apps", "daemonsets"),
+            _g(SNAPSHOT_ROLE, _L, "apps", "controllerrevisions"),
+            _g(SNAPSHOT_ROLE, _L, "apps", "deployments"),
+            _g(SNAPSHOT_ROLE, _L, "apps", "replicasets"),
+            _g(SNAPSHOT_ROLE, _L, "apps", "statefulsets"),
+            _g(SNAPSHOT_ROLE, _L, "batch", "jobs"),
+            _g(SNAPSHOT_ROLE, _L, "policy", "poddisruptionbudgets"),
+            _g(SNAPSHOT_ROLE, _L, "nvidia.com", "clusterpolicies"),
+            _g(SNAPSHOT_ROLE, _L, "nvidia.com", "nvidiadrivers"),
+            _g(SNAPSHOT_ROLE, _L, "mellanox.com", "nicclusterpolicies"),
+            _g(SNAPSHOT_ROLE, _L, "sriovnetwork.openshift.io", "sriovnetworknodepolicies"),
+            _g(SNAPSHOT_ROLE, _L, "sriovnetwork.openshift.io", "sriovnetworknodestates"),
+            _g(SNAPSHOT_ROLE, _L, "sriovnetwork.openshift.io", "sriovoperatorconfigs"),
+            _g(SNAPSHOT_ROLE, _L, "machineconfiguration.openshift.io", "machineconfigpools"),
+            _g(SNAPSHOT_ROLE, _L, "config.openshift.io", "clusterversions"),
+            _g(SNAPSHOT_ROLE, _L, "operators.coreos.com", "clusterserviceversions"),
+            _g(SNAPSHOT_ROLE, _L, "operators.coreos.com", "subscriptions"),
+            _g(SNAPSHOT_LEDGER_ROLE, _R, "", "configmaps"),
+        ),
     ),
     "upgrade_plan": (
         "roles/upgrade main.yml: upgrade_ledger plan (the GPU nodes, the ledger ConfigMap)",
@@ -402,6 +438,9 @@ def steps_for(*, playbook: str, stage: str = "", group: str = "", features: Iter
         raise ValueError(f"unknown features {', '.join(unknown)} (known: {', '.join(FEATURES)})")
     if playbook == "audit":
         steps: List[str] = ["audit_cluster"]
+    elif playbook == "rehearse":
+        # The snapshot's reads; the rehearsed stage runs against the twin, with the twin's own credentials.
+        steps = ["rehearse_snapshot"]
     elif playbook == "upgrade":
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {', '.join(STAGES)} (got {stage!r})")

@@ -187,3 +187,27 @@ def test_populate_from_snapshot(snapshot_dir: Path) -> None:
         assert {"default", "kube-system", "gpu-operator", "monitoring"} <= namespaces
 
     asyncio.run(check())
+
+
+def test_populate_loads_what_cluster_snapshot_writes(tmp_path: Path) -> None:
+    """An OLM Subscription loads (its kind is served before the load) and the info file is not a skipped object."""
+    subscription = {
+        "apiVersion": "operators.coreos.com/v1alpha1",
+        "kind": "Subscription",
+        "metadata": {"name": "my-operator", "namespace": "my-operators", "uid": "u-1"},
+        "spec": {"name": "my-operator", "channel": "stable", "source": "certified-operators"},
+    }
+    (tmp_path / "apis_operators.coreos.com_v1alpha1_subscriptions.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "SubscriptionList", "items": [subscription]})
+    )
+    (tmp_path / "snapshot-info.json").write_text(json.dumps({"format": 1, "counts": {}}))
+
+    async def check() -> None:
+        twin = create_twin()
+        populate(twin, {"nodes": 0, "profile": "openshift", "scenario": None, "from_snapshot": str(tmp_path)})
+        summary = twin.published["snapshot"]
+        assert summary["created"].get("Subscription") == 1, summary
+        assert not any("snapshot-info.json" in entry for entry in summary["skipped"]), summary
+        assert "snapshot-info.json" not in summary["files"]
+
+    asyncio.run(check())

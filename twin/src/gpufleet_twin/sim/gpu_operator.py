@@ -92,6 +92,9 @@ OPERATOR_DEPLOYMENT = "gpu-operator"
 OPERATOR_SERVICE_ACCOUNT = "gpu-operator"
 NAMESPACE_BY_PROFILE = {"openshift": "nvidia-gpu-operator", "kubernetes": "gpu-operator"}
 
+# Twin knob (not an upstream key): simulated seconds a new driver takes to build and load on this Node, so
+# per-node times can differ as on real fleets; the rehearsal sets it from the cluster's history (with jitter).
+DRIVER_SECONDS_ANNOTATION = "twin.gpufleet.io/driver-load-seconds"
 # Labels and annotations of the operator (controllers/state_manager.go, object_controls.go).
 DRIVER_APP = "nvidia-driver-daemonset"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -1446,6 +1449,8 @@ class GpuOperator:
             )
         if health.driver_version == version:
             delay = self.timings.driver_already_loaded
+        elif (annotated := self.annotated_driver_seconds(health.name)) is not None:
+            delay = annotated
         elif _pod_uses_precompiled(pod):
             delay = self.timings.driver_precompiled_load
         elif self.profile == "openshift":
@@ -1466,6 +1471,16 @@ class GpuOperator:
                 self.sim.nodes[node_name].driver_version = None
 
         return PodPlan(outcome="ready", start_after=delay, on_ready=loaded, on_stop=unloaded)
+
+    def annotated_driver_seconds(self, node_name: str) -> float | None:
+        """The node's own driver build-and-load time when annotated (DRIVER_SECONDS_ANNOTATION), else None."""
+        node = self.index.nodes.get(node_name) or self.store.try_get(self.kinds.node, None, node_name) or {}
+        text = ((node.get("metadata") or {}).get("annotations") or {}).get(DRIVER_SECONDS_ANNOTATION)
+        try:
+            seconds = float(text) if text is not None else -1.0
+        except ValueError:
+            seconds = -1.0
+        return seconds if seconds >= 0 else None
 
     def _plan_operand(self, app: str, health: NodeHealth) -> PodPlan:
         now = self.twin.clock.now()

@@ -297,9 +297,7 @@ class Olm:
         if crd_type is None or csv_type is None:
             log.warning("OLM not simulated: no CRD or ClusterServiceVersion kind registered")
             return
-        for crd in (SUBSCRIPTION_CRD, INSTALLPLAN_CRD, PACKAGEMANIFEST_CRD):
-            if self.twin.registry.get(crd["spec"]["group"], crd["spec"]["names"]["plural"]) is None:
-                self.store.create(crd_type, crd)
+        register_olm_kinds(self.twin)
         subscription = self.twin.registry.get(GROUP, "subscriptions")
         installplan = self.twin.registry.get(GROUP, "installplans")
         assert subscription is not None and installplan is not None, "CRDs register their kinds when created"
@@ -808,6 +806,20 @@ class Olm:
 
 def _without(mapping: Obj, key: str) -> Obj:
     return {k: v for k, v in mapping.items() if k != key}
+
+
+def register_olm_kinds(twin: Twin) -> bool:
+    """Serve Subscription, InstallPlan and PackageManifest (their CRDs), as OLM installs them; False without CRDs.
+
+    The snapshot loader calls it first, so a cluster's own Subscriptions load before the OLM model starts.
+    """
+    crd_type = twin.registry.get("apiextensions.k8s.io", "customresourcedefinitions")
+    if crd_type is None or twin.registry.get(GROUP, "clusterserviceversions") is None:
+        return False
+    for crd in (SUBSCRIPTION_CRD, INSTALLPLAN_CRD, PACKAGEMANIFEST_CRD):
+        if twin.registry.get(crd["spec"]["group"], crd["spec"]["names"]["plural"]) is None:
+            twin.store.create(crd_type, crd)
+    return True
 
 
 def install(twin: Twin, *, namespace: str, deployment: str, installed_version: str) -> None:

@@ -38,11 +38,14 @@ from .. import errors
 from ..cluster import Twin
 from ..registry import ResourceType
 from .kinds import Kinds
+from .olm import register_olm_kinds
 from .state import NodeHealth, SimState
 
 Obj = dict[str, Any]
 
 SNAPSHOT_SUFFIXES = (".yaml", ".yml", ".json")
+# What the collection's cluster_snapshot writes beside its Lists: how the snapshot was taken, not an object.
+SNAPSHOT_INFO_FILE = "snapshot-info.json"
 _DROPPED_METADATA = (
     "uid",
     "resourceVersion",
@@ -100,9 +103,12 @@ def load_snapshot(twin: Twin, sim: SimState, directory: Path, *, profile: str) -
     if not directory.is_dir():
         raise ValueError(f"--from-snapshot: {directory} is not a directory")
     kinds = Kinds.from_registry(twin.registry)
+    if profile == "openshift":
+        # A cluster's own Subscriptions load as they are; the OLM model adopts them when it starts.
+        register_olm_kinds(twin)
     result = SnapshotLoad()
     pending: list[tuple[int, ResourceType, Obj]] = []
-    for path in sorted(p for p in directory.iterdir() if p.suffix in SNAPSHOT_SUFFIXES and p.is_file()):
+    for path in snapshot_files(directory):
         result.files.append(path.name)
         try:
             documents = read_documents(path)
@@ -145,6 +151,13 @@ def load_snapshot(twin: Twin, sim: SimState, directory: Path, *, profile: str) -
             result.node_names.append(created["metadata"]["name"])
     sim.profile = profile
     return result
+
+
+def snapshot_files(directory: Path) -> list[Path]:
+    """The dump files of a folder, in name order (the collection's info file is read by the rehearsal only)."""
+    return sorted(
+        p for p in directory.iterdir() if p.suffix in SNAPSHOT_SUFFIXES and p.is_file() and p.name != SNAPSHOT_INFO_FILE
+    )
 
 
 def _resource_type(twin: Twin, obj: Obj) -> ResourceType | None:

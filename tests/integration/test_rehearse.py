@@ -1,0 +1,109 @@
+"""playbooks/rehearse.yml: snapshot a twin read-only, rehearse a promote on a copy, then meet the same on the original.
+
+The source twin has a PodDisruptionBudget that allows no disruption over a
+training Deployment's GPU pods, so the node that runs the first of them will
+fail (the upgrade controller cannot empty it). The rehearsal of the promote
+must predict the PDB block (named) and that node, the real promote on the
+source twin must then meet both, and the predicted duration must
+be within 15% of the real one on the twin's clock at the same time scale. The
+snapshot and the rehearsal send only reads to the source twin.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pytest
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import rollout_seconds
+
+from .conftest import ROOT, kubectl, run_playbook
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = ROOT / "examples" / "gpu-version-matrix.yaml"
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+BLOCKING_PDB = "ml-training/llm-train-02-no-disruption"
+
+
+def common_vars(workspace: pathlib.Path) -> dict:
+    return {
+        "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+        "upgrade_wait_timeout": 900,
+        "upgrade_force_reason": "rehearsal test: no bake window",
+        "validate_wait_sleep": 0.5,
+        "gpu_operator_wait_sleep": 1,
+    }
+
+
+def writes(twin) -> dict:
+    served = twin.report()["requests"]["by_verb_resource"]
+    return {key: count for key, count in served.items() if key.split(" ", 1)[0] in WRITE_VERBS}
+
+
+def test_rehearsed_promote_predicts_the_pdb_block_and_the_failing_node(fresh_twin, tmp_path):
+    twin = fresh_twin
+    shutil.copy(EXAMPLE, tmp_path / "matrix.yaml")
+    canary = run_playbook(
+        "playbooks/upgrade.yml",
+        twin=twin,
+        extra_vars={**common_vars(tmp_path), "stage": "canary", "upgrade_report_dir": str(tmp_path / "reports")},
+        timeout=600,
+    )
+    assert canary.returncode == 0, canary.output
+    # A budget that allows no disruption over the GPU pods of one training Deployment.
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "llm-train-02-no-disruption", "namespace": "ml-training"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "llm-train-02"}}},
+    }
+    (tmp_path / "pdb.json").write_text(json.dumps(pdb))
+    kubectl(twin, "apply", "-f", str(tmp_path / "pdb.json"))
+    twin.advance(60)  # the PDB's status is computed
+
+    twin.admin("POST", "report/reset")
+    rehearsal_dir = tmp_path / "rehearsal"
+    rehearsal = run_playbook(
+        "playbooks/rehearse.yml",
+        twin=twin,
+        extra_vars={**common_vars(tmp_path), "stage": "promote", "rehearse_dir": str(rehearsal_dir)},
+        timeout=900,
+    )
+    assert rehearsal.returncode == 0, rehearsal.output
+    # The snapshot and the rehearsal only read the source cluster.
+    assert writes(twin) == {}, writes(twin)
+    info = json.loads((rehearsal_dir / "snapshot" / "snapshot-info.json").read_text())
+    assert "Secrets" in info["never_read"]
+    assert not (rehearsal_dir / "snapshot" / "api_v1_secrets.json").exists()
+    report = (rehearsal_dir / "rehearsal-promote.md").read_text()
+    assert (rehearsal_dir / "rehearsal-promote.html").read_text().startswith("<!DOCTYPE html>")
+    predicted = rehearsed_entry(rehearsal_dir / "reports" / "upgrade-ledger.json")
+    assert f"| {BLOCKING_PDB} |" in report, report
+    (failed_node,) = [failure["node"] for failure in predicted["failures"]]
+    assert f"| {failed_node} | upgrade-failed |" in report
+    assert "global timeout reached" in predicted["failures"][0]["reason"]
+
+    # The same promote on the original twin meets both.
+    real = run_playbook(
+        "playbooks/upgrade.yml",
+        twin=twin,
+        extra_vars={**common_vars(tmp_path), "stage": "promote", "upgrade_report_dir": str(tmp_path / "reports")},
+        timeout=600,
+    )
+    assert real.returncode != 0, real.output
+    entry = rehearsed_entry(tmp_path / "reports" / "upgrade-ledger.json")
+    assert [failure["node"] for failure in entry["failures"]] == [failed_node]
+    assert '-n "ml-training"' in entry["failures"][0]["reason"]
+    # The predicted node work is within 15% of the real one on the twin's clock (same time scale).
+    predicted_seconds, real_seconds = rollout_seconds(predicted), rollout_seconds(entry)
+    assert real_seconds and abs(predicted_seconds - real_seconds) <= 0.15 * real_seconds, (
+        predicted_seconds,
+        real_seconds,
+    )
+
+
+def rehearsed_entry(path: pathlib.Path) -> dict:
+    return json.loads(path.read_text())["entries"][-1]

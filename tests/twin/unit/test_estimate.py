@@ -1,0 +1,44 @@
+"""The window estimator's pure parts and its refusals (the in-process rollouts run in the bench and docs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet_twin.estimate import main, node_seconds, summarize
+
+
+def test_node_seconds_are_seeded_per_node_and_bounded():
+    assert node_seconds(400.0, jitter=0.0, seed=3, node="a") == 400.0
+    drawn = [node_seconds(400.0, jitter=0.1, seed=3, node=f"n{i}") for i in range(30)]
+    assert all(360.0 <= value <= 440.0 for value in drawn) and len(set(drawn)) > 5
+    assert node_seconds(400.0, jitter=0.1, seed=3, node="n1") == drawn[1]
+
+
+def test_summarize_measures_capacity_below_the_total_over_the_run():
+    report = {
+        "gpu_capacity": {
+            "current": 16,
+            "min": 8,
+            "samples": [
+                {"seconds": 0, "allocatable": 16},
+                {"seconds": 600, "allocatable": 8},
+                {"seconds": 1200, "allocatable": 16},
+            ],
+        }
+    }
+    result = summarize(report, started=1000.0, finished_at=2800.0, states={"a": "upgrade-done", "b": "upgrade-failed"})
+    assert result["duration_seconds"] == 1800.0 and result["finished"]
+    assert result["gpu_hours_lost"] == round(8 * 600 / 3600, 2)
+    assert result["peak_capacity_loss"] == 0.5
+    assert result["failed_nodes"] == ["b"]
+    unfinished = summarize(report, started=0.0, finished_at=None, states={})
+    assert unfinished["duration_seconds"] is None and not unfinished["finished"]
+
+
+def test_bad_candidates_are_refused_naming_the_option(tmp_path: Path, capsys):
+    out = tmp_path / "estimate.json"
+    assert main(["--snapshot", str(tmp_path), "--candidates", "{nope", "--out", str(out)]) == 2
+    assert "--candidates: not JSON" in capsys.readouterr().err
+    assert main(["--snapshot", str(tmp_path), "--candidates", "[]", "--out", str(out)]) == 2
+    assert main(["--snapshot", str(tmp_path / "missing"), "--candidates", "[{}]", "--out", str(out)]) == 2
+    assert not out.exists()
