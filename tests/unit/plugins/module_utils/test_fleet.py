@@ -97,8 +97,9 @@ def test_file_names_carry_the_cluster():
         "json": "audit-gpu-east.json",
         "junit": "audit-gpu-east.xml",
         "markdown": "audit-gpu-east.md",
+        "html": "audit-gpu-east.html",
     }
-    assert report_files() == {"json": "audit.json", "junit": "audit.xml", "markdown": "audit.md"}
+    assert report_files() == {"json": "audit.json", "junit": "audit.xml", "markdown": "audit.md", "html": "audit.html"}
     assert report_file_name("canary", "2026-11-25T10:00:00Z", cluster="gpu-east") == (
         "upgrade-gpu-east-canary-20261125T100000Z.md"
     )
