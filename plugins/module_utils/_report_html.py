@@ -140,17 +140,22 @@ def _seconds(moment: Optional[datetime.datetime], origin: datetime.datetime) -> 
 
 
 def chart_window(entry: Mapping[str, Any]) -> Tuple[datetime.datetime, datetime.datetime]:
-    """The charts' time axis: from the run's start (or its first event) to its record (or its last event)."""
-    moments = [parse_time(entry.get("started_at")), parse_time(entry.get("recorded_at"))]
+    """The charts' time axis: from the first to the last node event or capacity sample (a run spends most of its
+    time on preflight and gates, which would squeeze the nodes' bars into a sliver), else the run's own span."""
+    moments: List[Optional[datetime.datetime]] = [sample.at for sample in capacity_samples(entry)]
     for timeline in node_timelines(entry):
         for phase in timeline.phases:
             moments += [phase.start, phase.end]
-    moments += [sample.at for sample in capacity_samples(entry)]
+    moments.append(halt_moment(entry))
     known = [moment for moment in moments if moment is not None]
+    if len(set(known)) < 2:
+        known += [m for m in (parse_time(entry.get("started_at")), parse_time(entry.get("recorded_at"))) if m]
     if not known:
-        now = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-        return now, now
-    return min(known), max(known)
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+        return epoch, epoch
+    start, end = min(known), max(known)
+    margin = (end - start) * 0.03
+    return start - margin, end + margin
 
 
 def halt_moment(entry: Mapping[str, Any]) -> Optional[datetime.datetime]:

@@ -28,7 +28,7 @@ STATUS_COLOURS = {
     "skipped": "#e0e0e0",
 }
 WIDTH = 960
-LABEL_WIDTH = 170
+LABEL_WIDTH = 240
 LANE_HEIGHT = 22
 AXIS_HEIGHT = 26
 CAPACITY_HEIGHT = 220
@@ -118,7 +118,7 @@ def gantt_svg(lanes: Sequence[Lane], *, axis: Axis, title: str = "Node timeline"
         top = index * LANE_HEIGHT + 4
         parts.append(f'<g class="lane" data-node="{_text(lane.name)}" data-outcome="{_text(lane.outcome)}">')
         parts.append(
-            f'<text x="4" y="{top + 14}" font-size="12">{_text(lane.name)}'
+            f'<text x="4" y="{top + 14}" font-size="11">{_text(lane.name)}'
             + (f" ({_text(lane.outcome)})" if lane.outcome else "")
             + "</text>"
         )
