@@ -75,7 +75,7 @@ options:
   report_dir:
     description:
       - Directory to write the reports to - C(audit.json) (the whole result), C(audit.xml) (JUnit, one test case per
-        rule and per node), C(audit.md) (a summary for people) and C(audit.html) (the same as one self-contained page:
+        rule and per node), C(audit.md) (a summary for people) and C(audit.html) (the same as one self-contained page,
         warnings listed, per-node drift with expected and found, hints where data is missing; when Jinja2 is
         importable). Files are replaced only when their content changes.
       - With O(cluster_name) the files are C(audit-<cluster_name>.json), C(.xml), C(.md) and C(.html).

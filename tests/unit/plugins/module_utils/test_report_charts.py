@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_rollout import observed_versions
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import render_report
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import (
     CONTENT_SECURITY_POLICY,
@@ -247,3 +248,20 @@ def test_openshift_canary_says_the_control_plane_moved_and_the_pools_wait() -> N
 def test_timeline_rows_of_an_entry_without_nodes() -> None:
     assert timeline_rows({}) == []
     assert capacity_samples({"capacity": [{"at": "not a time"}]}) == []
+
+
+def test_firmware_before_is_what_the_bmcs_showed_not_the_matrix() -> None:
+    reports = [
+        {"node": n, "components": [{"component": "firmware_cx7", "devices": [{"installed": "28.39.1002"}] * 2}]}
+        for n in ("gpu-worker-001", "gpu-worker-002")
+    ]
+    observed = observed_versions(reports)
+    assert observed == {
+        "firmware_cx7": {
+            "version": "28.39.1002",
+            "source": "BMC FirmwareInventory of 2 node(s): 28.39.1002 (4 devices)",
+        }
+    }
+    # The matrix said 28.42.1000 was production; the BMCs say otherwise, and the report shows what they said.
+    entry = firmware_entry(versions_before={"firmware_cx7": "28.42.1000"}, versions_observed=observed)
+    assert "| firmware_cx7 | 28.39.1002 (observed: BMC FirmwareInventory of 2 node(s)" in render_report(entry)
