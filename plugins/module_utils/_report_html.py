@@ -407,3 +407,58 @@ def render_audit_html(
         cluster_rows=(drift or {}).get("cluster") or [],
         drifted=[list(row) for row in drifted],
     )
+
+
+FLEET_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{{ csp | safe }}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ title }}</title>
+<style>{{ style }}</style>
+</head>
+<body>
+<h1>{{ title }}</h1>
+<p class="muted">
+Generated {{ generated_at }} by {{ actor }} from {{ slices }} job slice(s) · {{ counts }}
+</p>
+<div class="outcome {{ 'failed' if failed else 'success' }}" id="outcome"><p><strong>{{ verdict }}</strong></p>
+<p class="next" id="next">Next: {{ next }}</p></div>
+<h2>Clusters</h2>
+<table id="clusters"><tr><th>cluster</th><th>outcome</th><th>versions</th><th>drift</th><th>message</th>
+<th>reports</th></tr>
+{% for row in rows %}<tr>
+<td>{{ row.cluster }}</td><td class="{{ 'fail' if row.failed else 'pass' }}">{{ row.outcome }}</td>
+<td>{{ row.versions }}</td><td>{{ row.drift }}</td><td>{{ row.message }}</td>
+<td>{% for path in row.files %}{{ path }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>{% endfor %}
+</table>
+<p class="muted" id="clock">Each cluster's times are its own API server's (Date header); the generation time is the
+controller's.</p>
+</body>
+</html>
+"""
+
+
+def render_fleet_html(summary: Mapping[str, Any], *, rows: Sequence[Mapping[str, Any]], verdict: str) -> str:
+    """The fleet summary as a page in the run report's style; ``rows`` and ``verdict`` come from ``_fleet``."""
+    environment = Environment(autoescape=True, keep_trailing_newline=True)
+    failed = summary.get("failed_clusters") or []
+    counts = ", ".join(f"{outcome} {len(names)}" for outcome, names in (summary.get("by_outcome") or {}).items())
+    return environment.from_string(FLEET_TEMPLATE).render(
+        csp=CONTENT_SECURITY_POLICY,
+        style=STYLE,
+        title=f"Fleet {summary.get('run')}: {verdict}",
+        generated_at=summary.get("generated_at") or "?",
+        actor=summary.get("actor") or "unknown",
+        slices=summary.get("slices") or 1,
+        counts=counts or "no clusters",
+        failed=bool(failed),
+        verdict=verdict,
+        next=(
+            f"Open the reports of {', '.join(failed)} (their Next says what to do); the other clusters are done."
+            if failed
+            else "Nothing: every cluster passed."
+        ),
+        rows=list(rows),
+    )
