@@ -100,7 +100,11 @@ def _axis(axis: Axis, *, top: float, bottom: float) -> List[str]:
             f'<line class="halt" x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" stroke="#c62828" stroke-width="2" '
             'stroke-dasharray="6 3"/>'
         )
-        parts.append(f'<text x="{x + 3}" y="{top + 10}" font-size="11" fill="#c62828">halted</text>')
+        # Written on the side of the line that has room.
+        anchor, shift = ("end", -3) if x > WIDTH - 60 else ("start", 3)
+        parts.append(
+            f'<text x="{x + shift}" y="{top + 10}" font-size="11" fill="#c62828" text-anchor="{anchor}">halted</text>'
+        )
     return parts
 
 
@@ -159,9 +163,10 @@ def capacity_svg(
         f'<svg xmlns="http://www.w3.org/2000/svg" class="capacity" role="img" width="{WIDTH}" '
         f'height="{CAPACITY_HEIGHT}" viewBox="0 0 {WIDTH} {CAPACITY_HEIGHT}" aria-label="Capacity over time">',
         "<title>Capacity over time</title>",
-        f'<text x="4" y="{top + 10}" font-size="11" fill="#1565c0">GPUs (0-{_text(highest_gpus)})</text>',
         f'<text x="4" y="{top + 26}" font-size="11" fill="#ef6c00">nodes down (0-{_text(highest_nodes)})</text>',
     ]
+    if gpus:
+        parts.append(f'<text x="4" y="{top + 10}" font-size="11" fill="#1565c0">GPUs (0-{_text(highest_gpus)})</text>')
     parts += _axis(axis, top=top, bottom=bottom)
     if floor_gpus is not None:
         y = _y(floor_gpus, top=top, bottom=bottom, highest=highest_gpus)
