@@ -126,17 +126,19 @@ def gantt_svg(lanes: Sequence[Lane], *, axis: Axis, title: str = "Node timeline"
             + (f" ({_text(lane.outcome)})" if lane.outcome else "")
             + "</text>"
         )
-        for bar in lane.bars:
-            x1, x2 = _x(bar.start, axis), _x(bar.end, axis)
+        for lane_bar in lane.bars:
+            x1, x2 = _x(lane_bar.start, axis), _x(lane_bar.end, axis)
             width = max(x2 - x1, 2.0)
-            colour = STATUS_COLOURS.get(bar.status, STATUS_COLOURS["done"])
-            tip = f"{bar.label} ({bar.status})" + (f": {bar.note}" if bar.note else "")
+            colour = STATUS_COLOURS.get(lane_bar.status, STATUS_COLOURS["done"])
+            tip = f"{lane_bar.label} ({lane_bar.status})" + (f": {lane_bar.note}" if lane_bar.note else "")
             parts.append(
                 f'<rect class="bar" x="{x1}" y="{top + 2}" width="{round(width, 1)}" height="{LANE_HEIGHT - 6}" '
                 f'fill="{colour}" stroke="#fff" stroke-width="0.5"><title>{_text(tip)}</title></rect>'
             )
-            if width > 7 * len(bar.label):
-                parts.append(f'<text x="{x1 + 3}" y="{top + 14}" font-size="10" fill="#fff">{_text(bar.label)}</text>')
+            if width > 7 * len(lane_bar.label):
+                parts.append(
+                    f'<text x="{x1 + 3}" y="{top + 14}" font-size="10" fill="#fff">{_text(lane_bar.label)}</text>'
+                )
         parts.append("</g>")
     parts.append("</svg>")
     return "".join(parts)
