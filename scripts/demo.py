@@ -3,8 +3,9 @@
 Starts a twin (8 GPU workers, OpenShift profile, simulated time running ten
 minutes per real second), runs ``playbooks/upgrade.yml -e stage=canary`` against
 it with a scratch copy of ``examples/gpu-version-matrix.yaml`` (the demo never
-edits the repository's example), prints where the report is, stops the twin
-and exits with the playbook's status.
+edits the repository's example), prints where the reports are (the HTML one
+opens in any browser, offline), stops the twin and exits with the playbook's
+status.
 
     .venv/bin/python scripts/demo.py [--nodes 8] [--keep]
 """
@@ -71,8 +72,8 @@ def run_canary(twin: TwinProcess, *, matrix: pathlib.Path, reports: pathlib.Path
     return completed.returncode
 
 
-def newest_report(reports: pathlib.Path) -> pathlib.Path | None:
-    found = sorted(reports.glob("upgrade-canary-*.md"), key=lambda path: path.stat().st_mtime)
+def newest_report(reports: pathlib.Path, *, suffix: str = ".md") -> pathlib.Path | None:
+    found = sorted(reports.glob(f"upgrade-canary-*{suffix}"), key=lambda path: path.stat().st_mtime)
     return found[-1] if found else None
 
 
@@ -105,7 +106,9 @@ def main(argv: list[str]) -> int:
     report = newest_report(reports)
     print()
     print(f"Canary {'succeeded' if status == 0 else 'FAILED'} in {time.monotonic() - started:.0f} s.")
+    html = newest_report(reports, suffix=".html")
     print(f"Report: {report if report else '(none written)'}")
+    print(f"HTML report: {html if html else '(none written)'}")
     print(f"Ledger: {reports / 'upgrade-ledger.json'}")
     if arguments.keep:
         print(f"Scratch (twin state, matrix copy): {scratch}")

@@ -1,6 +1,6 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Copyright: Contributors to the gpufleet.upgrade project
-"""The audit's reports: JSON for machines, JUnit XML for CI and AWX, Markdown for people.
+"""The audit's reports: JSON for machines, JUnit XML for CI and AWX, Markdown and HTML for people.
 
 Rendered from ``run_matrix_check``'s result by the module that computed it:
 at 10,000 nodes the result is several megabytes, which Jinja templates and
@@ -17,8 +17,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import cluster_file_name
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import HAS_JINJA2, render_audit_html
 
-REPORT_EXTENSIONS = {"json": "json", "junit": "xml", "markdown": "md"}
+REPORT_EXTENSIONS = {"json": "json", "junit": "xml", "markdown": "md", "html": "html"}
 
 
 def report_files(cluster: str = "") -> Dict[str, str]:
@@ -86,6 +87,75 @@ def _drifted_rows(node: Mapping[str, Any]) -> List[str]:
     ]
 
 
+def missing_data_hint(component: str) -> str:
+    """What to give the audit so it can read a component it could not."""
+    if component.startswith("firmware_"):
+        return (
+            "NIC firmware is read from the BMCs' Redfish FirmwareInventory: give the audit audit_firmware_by_node "
+            "(the nic_firmware role's preflight reads it), or label the nodes gpufleet.io/firmware.<name>"
+        )
+    if component in ("kernel", "openshift"):
+        return "read from the Node's status.nodeInfo and the ClusterVersion: the audit's account needs to read them"
+    return "no pod, label or object showed it: the operator may not be installed, or the audit's account cannot read it"
+
+
+def warning_lines(result: Mapping[str, Any]) -> List[str]:
+    """Every warning the audit counted, each with what it is about (a count alone says nothing)."""
+    found = []
+    for rule in result["rules"]["results"]:
+        if rule["status"] != WARNING:
+            continue
+        messages = [finding["message"] for finding in rule["findings"] if finding.get("status") in (WARNING, None)]
+        for message in messages or [rule["reason"]]:
+            found.append(f"rule {rule['rule']} ({rule['stage']}): {message}")
+    for warning in result.get("matrix_warnings") or []:
+        text = f"matrix: {warning.get('message')}"
+        if text not in found and not any(str(warning.get("message")) in line for line in found):
+            found.append(text)
+    return found
+
+
+def component_rows(drift: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """Per component: the values expected and found (with how many nodes), the counts, and a hint when unknown."""
+    expected: Dict[str, Dict[str, int]] = {}
+    found: Dict[str, Dict[str, int]] = {}
+    for node in drift.get("nodes") or []:
+        for row in node["components"]:
+            expected.setdefault(row["component"], {}).setdefault(str(row["expected"]), 0)
+            expected[row["component"]][str(row["expected"])] += 1
+            seen = str(row["found"]) if row["found"] is not None else "unknown"
+            found.setdefault(row["component"], {}).setdefault(seen, 0)
+            found[row["component"]][seen] += 1
+    for row in drift.get("cluster") or []:
+        expected.setdefault(row["component"], {})[str(row["expected"])] = 1
+        found.setdefault(row["component"], {})[str(row["found"]) if row["found"] else "unknown"] = 1
+    rows = []
+    for component, counts in sorted(drift["summary"].items()):
+        rows.append(
+            {
+                "component": component,
+                "expected": ", ".join(f"{v} ({n})" for v, n in sorted(expected.get(component, {}).items())),
+                "found": ", ".join(f"{v} ({n})" for v, n in sorted(found.get(component, {}).items())),
+                "ok": counts["ok"],
+                "drift": counts["drift"],
+                "unknown": counts["unknown"],
+                "hint": missing_data_hint(component) if counts["unknown"] else "",
+            }
+        )
+    return rows
+
+
+def drifted_rows(drift: Mapping[str, Any]) -> List[List[Any]]:
+    """(node, role, component, expected, found, read from) of every drifted component of every node."""
+    return [
+        [node["node"], node["role"], row["component"], row["expected"], row["found"], row["source"]]
+        for node in drift.get("nodes") or []
+        if node["status"] == DRIFT
+        for row in node["components"]
+        if row["status"] == DRIFT
+    ]
+
+
 def render_markdown(result: Mapping[str, Any]) -> str:
     rules, drift = result["rules"], result.get("drift")
     cluster = result.get("cluster_name") or ""
@@ -97,12 +167,18 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     ]
     if drift is not None:
         lines.append(f"· drift: **{len(drift['nodes_with_drift'])} of {drift['nodes_total']} nodes**")
+    if result.get("checked_at"):
+        lines += ["", f"Checked at {result['checked_at']} (the cluster's clock: the API server's Date header)."]
     if result["violations"]:
         lines += ["", "## Violations", "", "| rule | stage | why it matters | finding |", "|---|---|---|---|"]
         for rule in result["violations"]:
             for finding in rule["findings"]:
                 if finding["status"] == VIOLATION:
                     lines.append(_row(rule["rule"], rule["stage"], rule["reason"], finding["message"]))
+    warnings = warning_lines(result)
+    if warnings:
+        lines += ["", "## Warnings", ""]
+        lines += [f"- {warning}" for warning in warnings]
     plan = result["plan"]
     lines += ["", f"## Plan from current_production to {plan['to']}", ""]
     for step in plan["steps"]:
@@ -111,9 +187,15 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     if not plan["steps"]:
         lines.append("Nothing to change.")
     if drift is not None:
-        lines += ["", "## Drift summary by component", "", "| component | ok | drift | unknown |", "|---|---|---|---|"]
-        for component, counts in sorted(drift["summary"].items()):
-            lines.append(_row(component, counts["ok"], counts["drift"], counts["unknown"]))
+        lines += [
+            "",
+            "## Drift summary by component",
+            "",
+            "| component | expected (nodes) | found (nodes) | ok | drift | unknown | where data is missing |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in component_rows(drift):
+            lines.append(_row(*row.values()))
         if drift["nodes_with_drift"]:
             lines += [
                 "",
@@ -122,11 +204,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                 "| node | role | component | expected | found | read from |",
                 "|---|---|---|---|---|---|",
             ]
-            for node in drift["nodes"]:
-                rows = node["components"] if node["status"] == DRIFT else ()
-                for row in (row for row in rows if row["status"] == DRIFT):
-                    cells = (row["component"], row["expected"], row["found"], row["source"])
-                    lines.append(_row(node["node"], node["role"], *cells))
+            lines += [_row(*cells) for cells in drifted_rows(drift)]
     return "\n".join(lines) + "\n"
 
 
@@ -135,8 +213,16 @@ def _row(*cells: Any) -> str:
 
 
 def render_reports(result: Mapping[str, Any]) -> Dict[str, str]:
-    """Report kind (``json``, ``junit``, ``markdown``) to its text."""
-    return {"json": render_json(result), "junit": render_junit(result), "markdown": render_markdown(result)}
+    """Report kind (``json``, ``junit``, ``markdown``, and ``html`` where Jinja2 is importable) to its text."""
+    reports = {"json": render_json(result), "junit": render_junit(result), "markdown": render_markdown(result)}
+    if HAS_JINJA2:
+        reports["html"] = render_audit_html(
+            result,
+            warnings=warning_lines(result),
+            components=component_rows(result["drift"]) if result.get("drift") else [],
+            drifted=drifted_rows(result["drift"]) if result.get("drift") else [],
+        )
+    return reports
 
 
 def publish_result(result: Dict[str, Any], *, report_dir: Optional[str], drift_nodes: str, check_mode: bool) -> bool:

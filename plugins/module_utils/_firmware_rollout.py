@@ -468,6 +468,26 @@ def _preflight_all(firmware: NodeFirmware, names: Sequence[str]) -> Tuple[List[D
     return reports, problems
 
 
+def observed_versions(reports: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[str, str]]:
+    """Per component (the matrix key), the versions the BMCs' inventories showed before the rollout: what the
+    report's "before" is (the matrix says what should run; the BMC says what does)."""
+    seen: Dict[str, Dict[str, int]] = {}
+    for report in reports:
+        for component in report.get("components") or []:
+            for device in component.get("devices") or []:
+                versions = seen.setdefault(str(component.get("component")), {})
+                installed = str(device.get("installed") or "unknown")
+                versions[installed] = versions.get(installed, 0) + 1
+    observed = {}
+    for name, versions in seen.items():
+        text = ", ".join(f"{version} ({count} devices)" for version, count in sorted(versions.items()))
+        observed[name] = {
+            "version": next(iter(versions)) if len(versions) == 1 else text,
+            "source": f"BMC FirmwareInventory of {len(reports)} node(s)" + (f": {text}" if len(versions) == 1 else ""),
+        }
+    return observed
+
+
 def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str, Any]:
     """Preflight every target BMC, then roll the firmware over the nodes that need it."""
     started = time.monotonic()
@@ -494,6 +514,7 @@ def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str,
     firmware = NodeFirmware(api, options, bmcs, images)
     reports, problems = _preflight_all(firmware, candidates)
     result["preflight"] = {"bmcs": reports, "problems": problems}
+    result["observed_versions"] = observed_versions(reports)
     if problems:
         result["failures"] = [{"node": p["node"], "step": "preflight", "reason": p["reason"]} for p in problems]
         raise RedfishError(

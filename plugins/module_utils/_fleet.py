@@ -15,6 +15,7 @@ import re
 from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import render_fleet_html
 
 SUMMARY_KIND = "gpufleet.upgrade/fleet-summary"
 SUMMARY_VERSION = 1
@@ -45,7 +46,11 @@ def summary_file_names(run: str) -> Dict[str, str]:
     """The summary's two files for one kind of run (``audit``, ``canary``, ...)."""
     if not _RUN_NAME.match(run or ""):
         raise InvalidInputError(f"run {run!r} cannot name a file: use letters, digits, '.', '_' and '-'")
-    return {"json": f"fleet-summary-{run}.json", "markdown": f"fleet-summary-{run}.md"}
+    return {
+        "json": f"fleet-summary-{run}.json",
+        "markdown": f"fleet-summary-{run}.md",
+        "html": f"fleet-summary-{run}.html",
+    }
 
 
 def _cluster_entry(result: Mapping[str, Any], *, where: str) -> Dict[str, Any]:
@@ -161,31 +166,49 @@ def _drift_text(entry: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "none"
 
 
-def render_markdown(summary: Mapping[str, Any]) -> str:
-    """The summary for a person: the verdict first, then one row per cluster."""
+def fleet_verdict(summary: Mapping[str, Any]) -> str:
     clusters = summary.get("clusters") or []
     failed = summary.get("failed_clusters") or []
-    verdict = (
+    return (
         f"{len(failed)} of {len(clusters)} clusters FAILED ({', '.join(failed)})"
         if failed
         else f"all {len(clusters)} clusters passed"
     )
-    lines = [f"# Fleet {summary.get('run')}: {verdict}", ""]
+
+
+def fleet_rows(summary: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """One row per cluster: outcome, versions, drift, message and the files of its reports and ledger."""
+    return [
+        {
+            "cluster": entry.get("cluster"),
+            "outcome": entry.get("outcome"),
+            "failed": bool(entry.get("failed")),
+            "versions": _versions_text(entry),
+            "drift": _drift_text(entry),
+            "message": entry.get("message") or "",
+            "files": [str(path) for path in entry.get("reports") or []]
+            + ([entry["ledger"]] if entry.get("ledger") else []),
+        }
+        for entry in summary.get("clusters") or []
+    ]
+
+
+def render_markdown(summary: Mapping[str, Any]) -> str:
+    """The summary for a person: the verdict first, then one row per cluster."""
+    lines = [f"# Fleet {summary.get('run')}: {fleet_verdict(summary)}", ""]
     counts = ", ".join(f"{outcome} {len(names)}" for outcome, names in (summary.get("by_outcome") or {}).items())
     lines.append(
         f"Generated {summary.get('generated_at') or '?'} by {summary.get('actor') or 'unknown'}"
         f" from {summary.get('slices') or 1} job slice(s) · {counts or 'no clusters'}"
     )
     lines += ["", "| cluster | outcome | versions | drift | message | reports |", "|---|---|---|---|---|---|"]
-    for entry in clusters:
-        files = [str(path) for path in entry.get("reports") or []] + ([entry["ledger"]] if entry.get("ledger") else [])
-        row = [
-            entry.get("cluster"),
-            entry.get("outcome"),
-            _versions_text(entry),
-            _drift_text(entry),
-            entry.get("message") or "",
-            "<br>".join(f"`{path}`" for path in files) or "-",
-        ]
-        lines.append("| " + " | ".join(_cell(value) for value in row) + " |")
+    for row in fleet_rows(summary):
+        cells = [row["cluster"], row["outcome"], row["versions"], row["drift"], row["message"]]
+        cells.append("<br>".join(f"`{path}`" for path in row["files"]) or "-")
+        lines.append("| " + " | ".join(_cell(value) for value in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def render_html(summary: Mapping[str, Any]) -> str:
+    """The summary as one self-contained page (needs Jinja2: HAS_JINJA2)."""
+    return render_fleet_html(summary, rows=fleet_rows(summary), verdict=fleet_verdict(summary))

@@ -218,6 +218,10 @@ class GateVerdict:
     infrastructure_error: str = ""
     # Its pod was never scheduled (this round): run it again after the node offers its GPUs.
     unscheduled: bool = False
+    # When its pod started and its last container finished, on the cluster's clock (the pod's status): the
+    # gate's real duration, where ``elapsed`` is this machine's time spent waiting for it.
+    started_at: str = ""
+    finished_at: str = ""
 
     def as_dict(self) -> Dict[str, Any]:
         return {
@@ -231,7 +235,21 @@ class GateVerdict:
             "details": self.details,
             "job": self.job,
             "elapsed": round(self.elapsed, 1),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
         }
+
+
+def pod_run_times(pod: Optional[Mapping[str, Any]]) -> Tuple[str, str]:
+    """(started, finished) of a pod on the cluster's clock: its ``startTime`` and its containers' last
+    ``terminated.finishedAt`` (core/v1 PodStatus, ContainerStateTerminated); "" where the pod does not say."""
+    status = (pod or {}).get("status") or {}
+    finished = [
+        str(((container.get("state") or {}).get("terminated") or {}).get("finishedAt") or "")
+        for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+        if isinstance(container, Mapping)
+    ]
+    return str(status.get("startTime") or ""), max(finished, default="")
 
 
 @dataclass
@@ -967,6 +985,7 @@ def _await_and_judge(
             continue
         verdict = _judge_finished(api, run=run, pod=state.pod, situation=situation, settings=settings, fetch=fetch)
         verdict.elapsed = elapsed
+        verdict.started_at, verdict.finished_at = pod_run_times(state.pod)
         verdicts.append(verdict)
     return verdicts
 

@@ -174,7 +174,8 @@ class DriverRollout:
     def __init__(self, api: KubeApi, options: DriverRolloutOptions, *, clock: Optional[Clock] = None) -> None:
         self.api = api
         self.options = options
-        self.clock = clock or Clock()
+        # One clock: the timeline's and the capacity samples' times are the cluster's.
+        self.clock = clock or Clock(now=api.cluster_now)
         self.started = self.clock.monotonic()
         self.deadline = self.started + max(0.0, float(options.wait_timeout))
         self.changed = False

@@ -20,7 +20,7 @@ import random
 import re
 import time
 import traceback
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     InvalidInputError,
@@ -184,6 +184,8 @@ class KubeApi:
         self.controller = THIS_CONTROLLER
         # Renews the stage's Lease from the server's clock in the responses (see _lease), when a stage holds one.
         self.lease_keeper: Optional[LeaseKeeper] = None
+        # The Date of the latest answer and when (this machine's monotonic clock) it came: cluster_now().
+        self._last_date: Optional[Tuple[datetime.datetime, float]] = None
 
     @classmethod
     def from_params(cls, params: Dict[str, Any], *, keep_stage_lease: bool = True, **kwargs: Any) -> "KubeApi":
@@ -460,6 +462,14 @@ class KubeApi:
         headers, _payload = self._exchange("GET", "/version")
         return _server_date(headers)
 
+    def cluster_now(self) -> datetime.datetime:
+        """The cluster's time now, for every timestamp the collection writes (one clock: annotations, timelines,
+        ledger, report): the Date of the API server's latest answer when it came within the last second, else
+        ``server_time()``. A wait loop polls, so its timestamps cost no extra request."""
+        if self._last_date is not None and time.monotonic() - self._last_date[1] < 1.0:
+            return self._last_date[0]
+        return self.server_time()
+
     def _request_payload(
         self,
         method: str,
@@ -534,13 +544,14 @@ class KubeApi:
         if self.lease_keeper is not None:
             self.lease_keeper.ensure_held(self)
         status, headers, payload = self._send_once(method, path, query=query, body=body, content_type=content_type)
-        if self.lease_keeper is not None and 200 <= status < 300:
-            try:
-                moment = _server_date(headers)
-            except KubeApiError:
-                moment = None  # renewal waits for a response with a readable Date
-            if moment is not None:
-                self.lease_keeper.observe(moment)
+        try:
+            moment: Optional[datetime.datetime] = _server_date(headers)
+        except KubeApiError:
+            moment = None  # renewal waits for a response with a readable Date
+        if moment is not None:
+            self._last_date = (moment, time.monotonic())
+        if self.lease_keeper is not None and 200 <= status < 300 and moment is not None:
+            self.lease_keeper.observe(moment)
         return status, headers, payload
 
     def _send_once(

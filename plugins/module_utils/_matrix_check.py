@@ -55,6 +55,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model imp
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_planner import plan_stage
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_rules import VIOLATION, WARNING, evaluate_matrix
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema import MatrixWarning, assert_valid
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 # Nodes are read 500 at a time (the audit's request budget is ceil(N/500) + 15);
 # the few label-selected pod lists use larger pages since one node has at most
@@ -203,6 +204,8 @@ def run_matrix_check(
             else matrix.effective_versions("current_production"),
         }
         result["drift"] = compute_drift(stages, observed)
+        # When, on the cluster's clock (the Date of the answers just read: no extra request).
+        result["checked_at"] = iso(api.cluster_now())
     if api is not None:
         result["api_requests"] = api.requests_sent
     return result

@@ -622,7 +622,7 @@ def run_ofed_rollout(api: KubeApi, options: OfedRolloutOptions) -> Dict[str, Any
     }
     try:
         if options.mode == MODE_AUTO_UPGRADE:
-            result = run_auto_upgrade(api, options, view)
+            result = run_auto_upgrade(api, options, view, now=api.cluster_now)
         else:
             patches: List[Dict[str, Any]] = []
             if not options.check_mode and view.policy_patch:

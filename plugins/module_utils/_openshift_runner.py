@@ -261,7 +261,7 @@ def _pool_progress(state: PoolState) -> str:
 
 
 def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional[Clock] = None) -> Dict[str, Any]:
-    clock = clock or Clock()
+    clock = clock or Clock(now=api.cluster_now)  # one clock: the cluster's
     started = clock.monotonic()
     result: Dict[str, Any] = {"changed": False, "name": options.name, "state": options.state, "patches": []}
     current = api.get(MACHINE_CONFIG_POOLS, options.name)
@@ -459,7 +459,7 @@ def cluster_preflight(
 def run_clusterversion_update(
     api: KubeApi, options: ClusterVersionOptions, *, clock: Optional[Clock] = None
 ) -> Dict[str, Any]:
-    clock = clock or Clock()
+    clock = clock or Clock(now=api.cluster_now)  # one clock: the cluster's
     started = clock.monotonic()
     cv = api.get(CLUSTER_VERSIONS, CLUSTER_VERSION_NAME)
     if cv is None:
@@ -674,7 +674,7 @@ def _run_builds(
 
 
 def run_kernel_interlock(api: KubeApi, options: InterlockOptions, *, clock: Optional[Clock] = None) -> Dict[str, Any]:
-    clock = clock or Clock()
+    clock = clock or Clock(now=api.cluster_now)  # one clock: the cluster's
     started = clock.monotonic()
     findings: List[Finding] = []
     openshift = str(options.target.get("openshift") or "")

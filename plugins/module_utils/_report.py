@@ -13,7 +13,14 @@ from __future__ import annotations
 import datetime
 from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_timeline import capacity_text, timeline_rows
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
+
+# Said once in every report: the times come from one clock, the cluster's.
+CLOCK_NOTE = (
+    "Every time in this report is the cluster's (the API server's Date header), as in the ledger and on the "
+    "node annotations."
+)
 
 STAGE_TITLES = {"canary": "Canary", "bake": "Bake check", "promote": "Promotion", "rollback": "Rollback"}
 OUTCOME_WORDS = {
@@ -180,52 +187,92 @@ def _hours_after(moment: Any, hours: Any) -> str:
     return iso(end) if end else f"{hours} h from now"
 
 
-def _when(event: Mapping[str, Any]) -> Any:
-    return event.get("at") or event.get("entered_at") or event.get("time") or ""
+def gate_duration(verdict: Mapping[str, Any]) -> str:
+    """How long a gate ran on the cluster (its pod's start to its last container's end), else as waited here."""
+    started, finished = parse_time(verdict.get("started_at")), parse_time(verdict.get("finished_at"))
+    if started and finished and finished >= started:
+        return duration_text((finished - started).total_seconds())
+    return duration_text(verdict.get("elapsed")) + " (waited here)"
 
 
-def capacity_text(capacity: Any) -> str:
-    """Lowest and highest allocatable GPUs the component role saw during the run."""
-    samples = [point.get("allocatable_gpus") for point in capacity or [] if isinstance(point, Mapping)]
-    counts: List[int] = [count for count in samples if isinstance(count, int)]
-    if not counts:
-        return ""
-    return f"{min(counts)} to {max(counts)} allocatable GPUs during the rollout ({len(counts)} samples)"
-
-
-def _timeline_rows(nodes: Any) -> List[List[Any]]:
-    """Rows (node, state, at, note) from the component role's timeline, a mapping or a list."""
-    rows: List[List[Any]] = []
-    if isinstance(nodes, Mapping):
-        for node, events in sorted(nodes.items()):
-            for event in events if isinstance(events, list) else [events]:
-                if isinstance(event, Mapping):
-                    rows.append(
-                        [node, event.get("state") or event.get("step"), _when(event), event.get("reason") or ""]
-                    )
-                else:
-                    rows.append([node, event, "", ""])
-    elif isinstance(nodes, list):
-        for event in nodes:
-            if isinstance(event, Mapping):
-                rows.append(
-                    [
-                        event.get("node"),
-                        event.get("state") or event.get("step") or event.get("event"),
-                        _when(event),
-                        event.get("reason") or event.get("message") or "",
-                    ]
-                )
+def gate_rows(entry: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """One row per gate verdict: node, gate, passed, why, duration, evidence."""
+    rows = []
+    for report in entry.get("gates") or []:
+        for verdict in report.get("gates") or []:
+            rows.append(
+                {
+                    "node": verdict.get("node") or report.get("node"),
+                    "gate": verdict.get("gate"),
+                    "passed": bool(verdict.get("passed")),
+                    "could_not_run": bool(verdict.get("could_not_run")),
+                    "reason": verdict.get("reason") or "",
+                    "took": gate_duration(verdict),
+                    "started_at": verdict.get("started_at") or "",
+                    "evidence": str(verdict.get("evidence") or "").rstrip()[:3000],
+                }
+            )
     return rows
 
 
-def render_report(entry: Mapping[str, Any]) -> str:
+def version_rows(entry: Mapping[str, Any]) -> List[List[str]]:
+    """(component, before as observed, after, changed) for every component the entry names."""
+    before, after = entry.get("versions_before") or {}, entry.get("versions_after") or {}
+    observed = entry.get("versions_observed") or {}
+    changed = {change.get("component") for change in entry.get("changes") or []}
+    rows = []
+    for name in sorted(set(before) | set(after)):
+        seen = observed.get(name)
+        was = str(before.get(name, "-"))
+        if isinstance(seen, Mapping) and seen.get("version"):
+            was = f"{seen['version']} (observed: {seen.get('source') or 'cluster'})"
+        rows.append([name, was, str(after.get(name, "-")), "changed" if name in changed else ""])
+    return rows
+
+
+def where_text(entry: Mapping[str, Any]) -> str:
+    """What the stage touched: the canary node, every GPU node, and for OpenShift the control plane and pools."""
+    stage = entry.get("stage")
+    where = f"canary node {entry['canary_node']}" if entry.get("canary_node") else ""
+    if stage == "promote" or entry.get("rollback_target") == "rollback":
+        where = "every GPU node" + (
+            f", validated on {', '.join(entry.get('validate_nodes') or [])}" if entry.get("validate_nodes") else ""
+        )
+    if entry.get("group") == "openshift" and stage == "canary":
+        versions = entry.get("versions_after") or {}
+        paused = ", ".join(entry.get("paused_pools") or []) or "the GPU pools"
+        where = (
+            f"the control plane (ClusterVersion to {versions.get('openshift') or 'the target'}, cluster-wide), then "
+            f"{where or 'the canary node'} in its own MachineConfigPool; {paused} stay paused until promote"
+        )
+    return where or "-"
+
+
+def resumed_text(entry: Mapping[str, Any]) -> str:
+    """A run that resumed earlier runs of the same stage: which, and the campaign's duration over all of them."""
+    runs = [run for run in entry.get("resumed_runs") or [] if isinstance(run, Mapping)]
+    if not runs:
+        return ""
+    first = parse_time(runs[0].get("started_at"))
+    last = parse_time(entry.get("recorded_at"))
+    total = duration_text((last - first).total_seconds()) if first and last else "unknown"
+    parts = [
+        f"{run.get('id')} ({run.get('outcome')}, {run.get('started_at')} to {run.get('recorded_at')})" for run in runs
+    ]
+    return f"yes: this run resumed {', '.join(parts)}; {len(runs) + 1} runs, {total} in all"
+
+
+def report_title(entry: Mapping[str, Any]) -> str:
     stage = str(entry.get("stage") or "")
     outcome = str(entry.get("outcome") or "")
-    title = STAGE_TITLES.get(stage, stage)
     cluster_name = entry.get("cluster_name") or ""
     on_cluster = f" on {cluster_name}" if cluster_name else ""
-    lines = [f"# {title}{on_cluster} {OUTCOME_WORDS.get(outcome, outcome)}: {change_summary(entry)}", ""]
+    return (
+        f"{STAGE_TITLES.get(stage, stage)}{on_cluster} {OUTCOME_WORDS.get(outcome, outcome)}: {change_summary(entry)}"
+    )
+
+
+def actor_text(entry: Mapping[str, Any]) -> str:
     actor = entry.get("actor") or {}
     who = actor.get("user") or "unknown user"
     if actor.get("awx_job_id"):
@@ -236,20 +283,25 @@ def render_report(entry: Mapping[str, Any]) -> str:
         )
     if actor.get("controller"):
         who += f" on {actor['controller']}"
-    where = entry.get("canary_node") and f"canary node {entry['canary_node']}"
-    if stage in ("promote",) or entry.get("rollback_target") == "rollback":
-        where = "every GPU node" + (
-            f", validated on {', '.join(entry.get('validate_nodes') or [])}" if entry.get("validate_nodes") else ""
-        )
+    return who
+
+
+def summary_rows(entry: Mapping[str, Any]) -> List[List[str]]:
+    """The report's first table: (label, text), outcome first, next step last."""
+    outcome = str(entry.get("outcome") or "")
+    cluster_name = entry.get("cluster_name") or ""
     took = f"took {duration_text(entry.get('duration_seconds'))}"
-    summary: List[List[Any]] = [
-        ["Outcome", entry.get("message") or outcome],
+    summary: List[List[str]] = [
+        ["Outcome", str(entry.get("message") or outcome)],
         ["Decision", f"{entry.get('decision') or '-'}: {entry.get('plan_reason') or entry.get('message') or ''}"],
         ["When", f"{entry.get('started_at') or '?'} to {entry.get('recorded_at') or '?'} (cluster time), {took}"],
-        ["Who", who],
+        ["Who", actor_text(entry)],
         ["What", change_summary(entry)],
-        ["Where", where or "-"],
+        ["Where", where_text(entry)],
     ]
+    resumed = resumed_text(entry)
+    if resumed:
+        summary.insert(3, ["Resumed", resumed])
     if cluster_name:
         summary.insert(
             0, ["Cluster", cluster_name + (f" (API server {entry['cluster']})" if entry.get("cluster") else "")]
@@ -268,7 +320,7 @@ def render_report(entry: Mapping[str, Any]) -> str:
     operator = operator_text(entry.get("operator"))
     if operator:
         summary.append(["Operator", operator])
-    capacity = capacity_text(entry.get("capacity"))
+    capacity = capacity_text(entry)
     if capacity:
         summary.append(["Capacity", capacity])
     matrix = entry.get("matrix") or {}
@@ -282,71 +334,66 @@ def render_report(entry: Mapping[str, Any]) -> str:
             )
         summary.append(["Matrix", f"{matrix.get('file') or ''}: {text}"])
     summary.append(["Next", next_step(entry)])
-    lines += _table(["", ""], summary)
+    return summary
+
+
+def pre_step_rows(entry: Mapping[str, Any]) -> List[List[str]]:
+    return [
+        [
+            str(step.get("what")),
+            str(step.get("object")),
+            str(step.get("replaced")),
+            "put back" if step.get("restored") else f"STILL CHANGED: restore with `{step.get('restore')}`",
+        ]
+        for step in entry.get("pre_steps") or []
+        if isinstance(step, Mapping)
+    ]
+
+
+def ledger_lines(entry: Mapping[str, Any]) -> List[str]:
+    ledger = entry.get("ledger") or {}
+    lines = [f"entry `{entry.get('id')}`" + (f", change `{entry.get('campaign')}`" if entry.get("campaign") else "")]
+    if ledger.get("configmap"):
+        kept = "recorded" if ledger.get("in_cluster") else "not recorded (nothing on the cluster changed)"
+        lines.append(f"cluster: ConfigMap {ledger['configmap']}, {kept}")
+    if ledger.get("file"):
+        lines.append(f"file: {ledger['file']}")
+    return lines
+
+
+def render_report(entry: Mapping[str, Any]) -> str:
+    lines = [f"# {report_title(entry)}", ""]
+    lines += _table(["", ""], summary_rows(entry))
     problems = failures(entry)
     if problems:
         lines += ["", "## What failed and why", ""]
         lines += [f"- {problem}" for problem in problems]
-    pre_steps = [step for step in entry.get("pre_steps") or [] if isinstance(step, Mapping)]
+    pre_steps = pre_step_rows(entry)
     if pre_steps:
         lines += ["", "## Pre-steps (changed before the upgrade, to be put back)", ""]
-        rows = [
-            [
-                step.get("what"),
-                step.get("object"),
-                step.get("replaced"),
-                "put back" if step.get("restored") else f"STILL CHANGED: restore with `{step.get('restore')}`",
-            ]
-            for step in pre_steps
-        ]
-        lines += _table(["pre-step", "object", "what it replaced", "now"], rows)
-    gates = entry.get("gates") or []
+        lines += _table(["pre-step", "object", "what it replaced", "now"], pre_steps)
+    gates = gate_rows(entry)
     if gates:
         lines += ["", "## Validation gates", ""]
-        rows = []
-        for report in gates:
-            for verdict in report.get("gates") or []:
-                rows.append(
-                    [
-                        verdict.get("node") or report.get("node"),
-                        verdict.get("gate"),
-                        "pass" if verdict.get("passed") else "FAIL",
-                        verdict.get("reason"),
-                        duration_text(verdict.get("elapsed")),
-                    ]
-                )
-        lines += _table(["node", "gate", "result", "why", "took"], rows)
-        evidence = [
-            (verdict.get("node") or report.get("node"), verdict.get("gate"), verdict.get("evidence"))
-            for report in gates
-            for verdict in report.get("gates") or []
-            if not verdict.get("passed") and verdict.get("evidence")
+        rows = [
+            [gate["node"], gate["gate"], "pass" if gate["passed"] else "FAIL", gate["reason"], gate["took"]]
+            for gate in gates
         ]
-        for node, gate, text in evidence:
-            lines += ["", f"Evidence, {gate} on {node}:", "", "```", str(text).rstrip()[:3000], "```"]
-    timeline = _timeline_rows(entry.get("nodes"))
+        lines += _table(["node", "gate", "result", "why", "took"], rows)
+        for gate in gates:
+            if not gate["passed"] and gate["evidence"]:
+                lines += ["", f"Evidence, {gate['gate']} on {gate['node']}:", "", "```", gate["evidence"], "```"]
+    timeline = timeline_rows(entry)
     if timeline:
         lines += ["", "## Node timeline", ""]
-        lines += _table(["node", "state", "at", "note"], timeline)
-    before, after = entry.get("versions_before") or {}, entry.get("versions_after") or {}
-    if before or after:
+        lines += _table(["node", "state or step", "from", "to", "note"], timeline)
+    versions = version_rows(entry)
+    if versions:
         lines += ["", "## Versions", ""]
-        changed = {change.get("component") for change in entry.get("changes") or []}
-        rows = [
-            [name, before.get(name, "-"), after.get(name, "-"), "changed" if name in changed else ""]
-            for name in sorted(set(before) | set(after))
-        ]
-        lines += _table(["component", "before", "after", ""], rows)
-    ledger = entry.get("ledger") or {}
+        lines += _table(["component", "before", "after", ""], versions)
     lines += ["", "## Ledger", ""]
-    lines.append(
-        f"- entry `{entry.get('id')}`" + (f", change `{entry.get('campaign')}`" if entry.get("campaign") else "")
-    )
-    if ledger.get("configmap"):
-        kept = "recorded" if ledger.get("in_cluster") else "not recorded (nothing on the cluster changed)"
-        lines.append(f"- cluster: ConfigMap {ledger['configmap']}, {kept}")
-    if ledger.get("file"):
-        lines.append(f"- file: {ledger['file']}")
+    lines += [f"- {line}" for line in ledger_lines(entry)]
+    lines += ["", CLOCK_NOTE]
     return "\n".join(lines) + "\n"
 
 

@@ -912,7 +912,7 @@ def execute_rollout(
     api: Optional[KubeApi] = None,
     clock: Callable[[], float] = time.monotonic,
     pause: Callable[[float], None] = time.sleep,
-    now: Callable[[], datetime.datetime] = utc_now,
+    now: Optional[Callable[[], datetime.datetime]] = None,
 ) -> Dict[str, Any]:
     """Plan, then (unless ``check_mode``) run the rollout; return the result with its timeline.
 
@@ -940,6 +940,9 @@ def execute_rollout(
         result.update(halted=False, halt_reason="", elapsed=clock() - started)
         return result
 
+    # One clock: the progress annotations and the timeline carry the cluster's time (its API server's Date).
+    if now is None:
+        now = api.cluster_now if api is not None else utc_now
     worker = _NodeWorker(cluster=cluster, plan=plan, steps=steps, api=api, clock=clock, now=now)
     scheduler = ContinuousScheduler(
         order=plan.order,

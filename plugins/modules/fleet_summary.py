@@ -12,7 +12,8 @@ version_added: 0.1.0
 description:
   - A fleet is an inventory, one host per cluster. Each host of C(playbooks/audit.yml) or C(playbooks/upgrade.yml)
     hands back one cluster result (outcome, versions, drift, the reports and ledger it wrote); this module lists them,
-    says which clusters failed, and writes the summary as C(fleet-summary-<run>.json) and C(fleet-summary-<run>.md).
+    says which clusters failed, and writes the summary as C(fleet-summary-<run>.json), C(fleet-summary-<run>.md) and
+    C(fleet-summary-<run>.html) (one self-contained page, when Jinja2 is importable).
   - Summaries written by other jobs (the slices of a sliced AWX job template, each over part of the inventory) merge
     into one with O(summary_files) or O(summaries); a cluster found twice keeps its latest result.
   - Outcomes C(failed), C(refused), C(drift) and C(unreachable) make the fleet fail (RV(failed_clusters)).
@@ -54,7 +55,7 @@ options:
     elements: dict
     default: []
   dest:
-    description: Directory to write the summary's two files to (created if missing). Without it nothing is written.
+    description: Directory to write the summary's files to (created if missing). Without it nothing is written.
     type: path
   actor:
     description: Who ran it (AWX's C(awx_user_name)), shown in the summary.
@@ -109,10 +110,11 @@ failed_clusters:
   elements: str
   sample: [gpu-west]
 files:
-  description: The summary's files (C(json), C(markdown)); empty without O(dest).
+  description: The summary's files (C(json), C(markdown), C(html)); empty without O(dest).
   returned: always
   type: dict
-  sample: {json: results/fleet-summary-audit.json, markdown: results/fleet-summary-audit.md}
+  sample: {json: results/fleet-summary-audit.json, markdown: results/fleet-summary-audit.md,
+           html: results/fleet-summary-audit.html}
 """
 
 import json
@@ -123,12 +125,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import (
     build_summary,
+    render_html,
     render_markdown,
     summary_file_names,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import HAS_JINJA2
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 
 
@@ -178,7 +182,11 @@ def summarise(module):
         "json": json.dumps(summary, indent=2, sort_keys=True) + "\n",
         "markdown": render_markdown(summary),
     }
+    if HAS_JINJA2:
+        texts["html"] = render_html(summary)
     for kind, name in summary_file_names(params["run"]).items():
+        if kind not in texts:
+            continue
         path = os.path.join(params["dest"], name)
         result["files"][kind] = path
         # The time it was generated always differs: compare without it.

@@ -75,8 +75,10 @@ options:
   report_dir:
     description:
       - Directory to write the reports to - C(audit.json) (the whole result), C(audit.xml) (JUnit, one test case per
-        rule and per node) and C(audit.md) (a summary for people). Files are replaced only when their content changes.
-      - With O(cluster_name) the files are C(audit-<cluster_name>.json), C(.xml) and C(.md).
+        rule and per node), C(audit.md) (a summary for people) and C(audit.html) (the same as one self-contained page,
+        warnings listed, per-node drift with expected and found, hints where data is missing; when Jinja2 is
+        importable). Files are replaced only when their content changes.
+      - With O(cluster_name) the files are C(audit-<cluster_name>.json), C(.xml), C(.md) and C(.html).
       - Not written in check mode (the result says whether they would change).
     type: path
   drift_nodes:
@@ -209,10 +211,10 @@ cluster_name:
   type: str
   sample: gpu-east
 reports:
-  description: Report kind (C(json), C(junit), C(markdown)) to the path of its file.
+  description: Report kind (C(json), C(junit), C(markdown), C(html)) to the path of its file.
   returned: when O(report_dir) is set
   type: dict
-  sample: {json: reports/audit.json, junit: reports/audit.xml, markdown: reports/audit.md}
+  sample: {json: reports/audit.json, junit: reports/audit.xml, markdown: reports/audit.md, html: reports/audit.html}
 api_requests:
   description: How many API requests the check sent.
   returned: when the cluster was read

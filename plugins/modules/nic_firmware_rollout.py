@@ -216,6 +216,13 @@ at_target:
   returned: after the preflight
   type: list
   elements: str
+observed_versions:
+  description:
+    - Per component (the matrix key), the versions the BMCs' inventories showed in the preflight, before any flash,
+      and where they were read (the upgrade report's "before").
+  returned: after the preflight
+  type: dict
+  sample: {firmware_cx7: {version: 28.39.1002, source: "BMC FirmwareInventory of 1 node(s): 28.39.1002 (8 devices)"}}
 preflight:
   description: Per node, the BMC, the adapter, the versions and the plan; C(problems) lists BMCs that failed.
   returned: always

@@ -20,7 +20,10 @@ description:
     passed, or when a bake check failed, unless O(force_reason) is given.
   - With O(action=record) it completes an entry (id, cluster time, duration), appends it to the ConfigMap (replace
     guarded by resourceVersion, retried on conflict) when O(record_in_cluster=true), to the JSON file, and writes the
-    run's Markdown report.
+    run's reports, Markdown and a self-contained HTML page (per-node timeline, capacity curve, gates, versions).
+  - A run that resumes failed runs of the same stage of the same change (the ledger's earlier entries) records them in
+    C(resumed_runs); the reports show the runs as one campaign.
+  - Every time the entry and its reports hold is the cluster's (the API server's C(Date) header).
   - With O(action=read) it returns the merged ledger.
   - With O(action=sample) it picks O(sample_size) GPU nodes to validate after a fleet-wide change, spread over the
     node names and preferring nodes with O(sample_free_gpus) free GPUs now (a rollout moves workloads around).
@@ -124,7 +127,7 @@ options:
   report_dir:
     description:
       - Directory for the Markdown report C(upgrade-<stage>-<time>.md), C(upgrade-<cluster_name>-<stage>-<time>.md)
-        with O(cluster_name). Empty for none.
+        with O(cluster_name), and the HTML report of the same name ending in C(.html). Empty for none.
     type: path
   cluster_name:
     description:
@@ -243,6 +246,11 @@ report_path:
   returned: action=record and report_dir is set
   type: str
   sample: reports/upgrade-canary-20261122T173701Z.md
+html_report_path:
+  description: Where the HTML report was written (one file, inline CSS and SVG, no script).
+  returned: action=record and report_dir is set and Jinja2 is importable
+  type: str
+  sample: reports/upgrade-canary-20261122T173701Z.html
 report:
   description: The Markdown report.
   returned: action=record
@@ -287,6 +295,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import render_report, report_file_name
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import (
+    HAS_JINJA2,
+    html_file_name,
+    render_html,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_timeline import resumed_runs
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 
@@ -337,13 +351,26 @@ def record(module, api):
         "in_cluster": in_cluster,
         "file": params["ledger_file"] or "",
     }
+    # A run that takes up where failed runs of the same stage stopped says so, and the report shows the campaign.
+    # (The ConfigMap only when this entry goes there too: a refusal may come from a cluster that cannot be read.)
+    earlier = merge_entries(
+        read_cluster_ledger(api, namespace=namespace, name=params["configmap_name"]) if in_cluster else [],
+        read_file_ledger(params["ledger_file"] or ""),
+    )
+    resumed = resumed_runs(earlier, entry)
+    if resumed:
+        entry["resumed_runs"] = resumed
     report = render_report(entry)
     result = {"entry": entry, "report": report, "changed": False}
+    html = ""
     if params["report_dir"]:
-        result["report_path"] = os.path.join(
-            params["report_dir"],
-            report_file_name(str(entry.get("stage")), entry["recorded_at"], cluster=params["cluster_name"]),
-        )
+        name = report_file_name(str(entry.get("stage")), entry["recorded_at"], cluster=params["cluster_name"])
+        result["report_path"] = os.path.join(params["report_dir"], name)
+        if HAS_JINJA2:
+            html = render_html(entry)
+            result["html_report_path"] = os.path.join(params["report_dir"], html_file_name(name))
+        else:
+            module.warn("Jinja2 is not importable by the module's Python: no HTML report, the Markdown one only.")
     if module.check_mode:
         return result
     if in_cluster:
@@ -354,6 +381,8 @@ def record(module, api):
         result["changed"] = True
     if params["report_dir"]:
         write_text_atomically(result["report_path"], report)
+        if html:
+            write_text_atomically(result["html_report_path"], html)
         result["changed"] = True
     return result
 

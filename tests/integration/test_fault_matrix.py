@@ -9,6 +9,7 @@ recovery by the printed Next, matrix and cluster agree). The cases of a group sh
 from __future__ import annotations
 
 import contextlib
+import json
 import pathlib
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from gpufleet_twin.process import TwinProcess, start_twin
 
+from .browser import assert_entry_report_renders
 from .fault_matrix import (
     Case,
     Group,
@@ -290,6 +292,11 @@ def known_bug(name: str) -> list[pytest.MarkDecorator]:
     return [pytest.mark.xfail(strict=True, **KNOWN_BUGS[name])] if name in KNOWN_BUGS else []
 
 
+# Cases whose stage report is also looked at in a real browser (tests/integration/browser.py): a MOFED rollout
+# and a halted NIC firmware rollout, besides the GPU Operator canary and promotion of test_upgrade_flow.
+BROWSER_CHECKS = {"409-conflicts": "canary-mofed", "bmc-job-fails": "canary-firmware-halted"}
+
+
 @pytest.mark.parametrize(
     ("group_name", "case"),
     [pytest.param(g, c, id=f"{g}-{c.name}", marks=known_bug(c.name)) for g, c in CASES],
@@ -297,6 +304,11 @@ def known_bug(name: str) -> list[pytest.MarkDecorator]:
 def test_fault(groups: Groups, group_name: str, case: Case) -> None:
     with groups.case(group_name) as group:
         run_case(group, case)
+        if case.name in BROWSER_CHECKS:
+            ledger = json.loads((group.workspace / "reports" / "upgrade-ledger.json").read_text())["entries"]
+            entry = [e for e in ledger if e["stage"] == case.stage][-1]
+            assert entry["nodes"], entry
+            assert_entry_report_renders(group.workspace / "reports", entry, name=BROWSER_CHECKS[case.name])
 
 
 def test_sigkill_of_the_process_group_mid_stage_then_rerun(groups: Groups) -> None:

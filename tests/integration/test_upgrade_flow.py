@@ -17,6 +17,9 @@ import subprocess
 
 import pytest
 
+from gpufleet_twin.process import start_twin
+
+from .browser import assert_report_renders, newest_html
 from .conftest import ROOT, PlaybookRun, kubectl, run_playbook
 
 pytestmark = pytest.mark.slow
@@ -101,8 +104,16 @@ def last_report(workspace: pathlib.Path, stage: str) -> str:
     return reports[-1].read_text()
 
 
-def test_canary_bake_promote_and_reruns_change_nothing(fresh_twin, workspace):
-    twin = fresh_twin
+@pytest.fixture
+def eight_node_twin(tmp_path):
+    """The demo's cluster size: a promotion rolls 8 GPU nodes."""
+    twin = start_twin(nodes=8, profile="openshift", time_scale=600, workdir=tmp_path / "twin")
+    yield twin
+    assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
+
+
+def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspace):
+    twin = eight_node_twin
     before_matrix = (workspace / "matrix.yaml").read_text()
 
     canary = flow(twin, workspace, "canary")
@@ -126,6 +137,13 @@ def test_canary_bake_promote_and_reruns_change_nothing(fresh_twin, workspace):
     report = last_report(workspace, "canary")
     assert report.startswith("# Canary succeeded: gpu_operator:")
     assert "| gpu_driver | 550.127.05 | 570.124.06 | changed |" in report
+    # The HTML report beside it, in a real browser: a lane for the canary, a point per capacity sample.
+    assert_report_renders(
+        newest_html(workspace / "reports", "canary"),
+        name="canary-gpu-operator",
+        nodes=entry["nodes"],
+        samples=len(entry["capacity"]),
+    )
     # The gates cleaned up after themselves.
     left = kubectl(twin, "get", "jobs,pods", "-A", "-l", "app.kubernetes.io/component=validation-gate", "-o", "name")
     assert left.strip() == ""
@@ -181,6 +199,14 @@ def test_canary_bake_promote_and_reruns_change_nothing(fresh_twin, workspace):
     assert git(workspace, "status", "--porcelain", "matrix.yaml") == ""
     assert len(entry["gates"]) == 2  # the sampled nodes
     assert "Promotion succeeded" in last_report(workspace, "promote")
+    # All 8 GPU nodes on the timeline (the canary, already done, among them), and the capacity curve.
+    assert len(entry["nodes"]) == 8
+    assert_report_renders(
+        newest_html(workspace / "reports", "promote"),
+        name="promote-gpu-operator-8-nodes",
+        nodes=entry["nodes"],
+        samples=len(entry["capacity"]),
+    )
 
     twin.admin("POST", "report/reset")
     again = flow(twin, workspace, "promote")

@@ -90,9 +90,29 @@ def test_markdown_names_violations_plan_summary_and_drifted_nodes_only(result):
         "| gpu_operator \\| network_operator change |" in text
     )
     assert "1. **gpu_operator**: gpu_driver 550.127.05 → 570.124.06" in text
-    assert "| gpu_driver | 1 | 1 | 0 |" in text
+    # Counts with what was expected and what was found (per value, how many nodes).
+    assert "| gpu_driver | 550.127.05 (1), 570.124.06 (1) | 550.127.05 (2) | 1 | 1 | 0 |  |" in text
     assert "| gpu-worker-001 | canary | gpu_driver | 570.124.06 | 550.127.05 | Pod x image |" in text
     assert "gpu-worker-002" not in text
+    # "1 warnings" is followed by the warning itself.
+    assert "## Warnings\n\n- rule known_versions (canary_testing): CUDA 12.8 is not in catalog" in text
+
+
+def test_unknown_firmware_gets_a_hint_and_the_html_report_says_it_all(result):
+    row = {"component": "firmware_cx7", "expected": "28.42.1000", "found": None, "status": "unknown", "source": None}
+    result["drift"]["nodes"][1]["components"].append(row)
+    result["drift"]["summary"]["firmware_cx7"] = {"ok": 0, "drift": 0, "unknown": 1}
+    result["cluster_name"] = "gpu-east"
+    result["checked_at"] = "2026-11-22T08:00:00Z"
+    text = render_markdown(result)
+    assert "| firmware_cx7 | 28.42.1000 (1) | unknown (1) | 0 | 0 | 1 | NIC firmware is read from the BMCs'" in text
+    assert "Checked at 2026-11-22T08:00:00Z (the cluster's clock" in text
+    page = render_reports(result)["html"]
+    assert "default-src 'none'" in page and "<script" not in page
+    assert "GPU cluster audit: gpu-east" in page and "Checked at 2026-11-22T08:00:00Z" in page
+    assert "CUDA 12.8 is not in catalog" in page and "audit_firmware_by_node" in page
+    assert "<td>gpu-worker-001</td><td>canary</td><td>gpu_driver</td><td>570.124.06</td><td>550.127.05</td>" in page
+    assert "Two groups &lt;at once&gt; &amp; more" in page  # escaped
 
 
 def test_matrix_only_result_has_no_drift_suite_and_an_empty_plan_says_so(result):
@@ -114,7 +134,12 @@ def test_reports_are_written_once_and_not_in_check_mode(result, tmp_path: Path):
     before = {kind: os.stat(path).st_mtime_ns for kind, path in paths.items()}
     assert write_reports(str(target), reports, check_mode=False) == (paths, False)
     assert {kind: os.stat(path).st_mtime_ns for kind, path in paths.items()} == before
-    assert sorted(p.name for p in target.iterdir()) == ["audit.json", "audit.md", "audit.xml"]  # no temporary left
+    assert sorted(p.name for p in target.iterdir()) == [
+        "audit.html",
+        "audit.json",
+        "audit.md",
+        "audit.xml",
+    ]  # no temporary left
 
 
 def test_publish_trims_the_returned_table_after_writing_the_whole_one(result, tmp_path: Path):

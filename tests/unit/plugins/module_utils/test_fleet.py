@@ -10,6 +10,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import (
     SUMMARY_KIND,
     build_summary,
     check_cluster_name,
+    render_html,
     render_markdown,
     summary_file_names,
 )
@@ -40,6 +41,13 @@ def test_every_cluster_is_listed_and_the_failed_ones_named():
     assert "| gpu-west | drift | - | 1 of 6 nodes (gpu-worker-002) |" in text
     assert "| gpu-east | success | gpu_operator v24.9.2 | none |" in text
     assert "by alice" in text
+    page = render_html(summary)
+    assert "default-src 'none'" in page and "<script" not in page
+    assert "Fleet audit: 2 of 3 clusters FAILED (gpu-north, gpu-west)" in page
+    assert "Open the reports of gpu-north, gpu-west" in page
+    assert '<td>gpu-west</td><td class="fail">drift</td>' in page
+    # The fleet module compares files without their generation time: that line stands alone.
+    assert any(line.startswith("Generated ") for line in page.splitlines())
 
 
 def test_a_fleet_that_passed_says_so():
@@ -90,15 +98,20 @@ def test_bad_input_is_named(summaries, results, words):
 
 
 def test_file_names_carry_the_cluster():
-    assert summary_file_names("canary") == {"json": "fleet-summary-canary.json", "markdown": "fleet-summary-canary.md"}
+    assert summary_file_names("canary") == {
+        "json": "fleet-summary-canary.json",
+        "markdown": "fleet-summary-canary.md",
+        "html": "fleet-summary-canary.html",
+    }
     with pytest.raises(InvalidInputError, match="run 'a/b' cannot name a file"):
         summary_file_names("a/b")
     assert report_files("gpu-east") == {
         "json": "audit-gpu-east.json",
         "junit": "audit-gpu-east.xml",
         "markdown": "audit-gpu-east.md",
+        "html": "audit-gpu-east.html",
     }
-    assert report_files() == {"json": "audit.json", "junit": "audit.xml", "markdown": "audit.md"}
+    assert report_files() == {"json": "audit.json", "junit": "audit.xml", "markdown": "audit.md", "html": "audit.html"}
     assert report_file_name("canary", "2026-11-25T10:00:00Z", cluster="gpu-east") == (
         "upgrade-gpu-east-canary-20261125T100000Z.md"
     )

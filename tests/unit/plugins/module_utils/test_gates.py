@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     job_failure,
     judge_gate,
     node_gate_blocker,
+    pod_run_times,
     pod_situation,
     run_gates,
     validate_gate_names,
@@ -564,3 +565,19 @@ def test_gpus_held_by_workloads_keep_the_smoke_gates_off_the_node_and_say_by_who
 def test_gate_settings_refuse_negative_waits() -> None:
     with pytest.raises(InvalidInputError, match="ready_timeout"):
         GateSettings(namespace="ns", ready_timeout=-1)
+
+
+def test_a_gate_lasts_from_its_pod_start_to_its_last_container_end_on_the_cluster_clock() -> None:
+    """The report said "took 0 s": this machine's wait, not the gate's run on the cluster."""
+    pod = {
+        "status": {
+            "startTime": "2026-11-22T08:00:00Z",
+            "initContainerStatuses": [{"state": {"terminated": {"finishedAt": "2026-11-22T08:01:00Z"}}}],
+            "containerStatuses": [
+                {"state": {"terminated": {"finishedAt": "2026-11-22T08:04:10Z"}}},
+                {"state": {"running": {}}},
+            ],
+        }
+    }
+    assert pod_run_times(pod) == ("2026-11-22T08:00:00Z", "2026-11-22T08:04:10Z")
+    assert pod_run_times(None) == ("", "")

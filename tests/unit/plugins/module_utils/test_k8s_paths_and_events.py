@@ -214,3 +214,18 @@ def test_a_broken_connection_is_retried_for_what_may_be_resent():
 )
 def test_transient_failure_reads_kubernetes_core_results(result, transient):
     assert bool(transient_failure(result)) is transient
+
+
+def test_cluster_now_is_the_date_of_the_latest_answer_else_asks_the_server():
+    """One clock: the collection's timestamps are the API server's, read off the answers it already gets."""
+    server = _Server(
+        _Answer(200, b"{}", {"Date": "Sun, 22 Nov 2026 08:00:00 GMT"}),
+        _Answer(200, b"{}", {"Date": "Sun, 22 Nov 2026 09:30:00 GMT"}),
+    )
+    api = _api(server)
+    api.get(NODES, "n")
+    assert api.cluster_now().isoformat() == "2026-11-22T08:00:00+00:00"  # no request: the answer just read
+    assert len(server.sent) == 1
+    api._last_date = (api._last_date[0], api._last_date[1] - 5)  # that answer is old now
+    assert api.cluster_now().isoformat() == "2026-11-22T09:30:00+00:00"
+    assert server.sent[-1] == ("GET", "/version")

@@ -45,6 +45,9 @@ def canary_entry(**extra) -> dict:
                         "passed": True,
                         "reason": "8 ports Active/LinkUp",
                         "elapsed": 12.2,
+                        # The pod's own times, on the cluster's clock: the gate's real duration.
+                        "started_at": "2026-11-22T07:56:00Z",
+                        "finished_at": "2026-11-22T07:58:12Z",
                     },
                 ],
             }
@@ -55,7 +58,10 @@ def canary_entry(**extra) -> dict:
                 {"state": "upgrade-done", "at": "2026-11-22T07:55:00Z"},
             ]
         },
-        "capacity": [{"allocatable_gpus": 48, "at": "t1"}, {"allocatable_gpus": 40, "at": "t2"}],
+        "capacity": [
+            {"allocatable_gpus": 48, "at": "2026-11-22T07:29:00Z"},
+            {"allocatable_gpus": 40, "at": "2026-11-22T07:31:00Z", "unavailable_nodes": ["gpu-worker-001"]},
+        ],
         "ledger": {
             "configmap": "nvidia-gpu-operator/gpufleet-upgrade-ledger",
             "in_cluster": True,
@@ -77,9 +83,10 @@ def test_successful_canary_says_what_where_when_and_what_next() -> None:
     assert "| Where | canary node gpu-worker-001 |" in text
     assert "bake until 2026-11-24T08:04:59Z (cluster time)" in text
     assert "## What failed and why" not in text
-    assert "| gpu-worker-001 | rdma | pass | 8 ports Active/LinkUp | 12 s |" in text
-    assert "| gpu-worker-001 | upgrade-required | 2026-11-22T07:30:00Z |  |" in text
-    assert "| gpu-worker-001 | upgrade-done | 2026-11-22T07:55:00Z |  |" in text
+    assert "| gpu-worker-001 | rdma | pass | 8 ports Active/LinkUp | 2 min 12 s |" in text
+    assert "| gpu-worker-001 | upgrade-required | 2026-11-22T07:30:00Z | 2026-11-22T07:55:00Z |  |" in text
+    assert "| gpu-worker-001 | upgrade-done | 2026-11-22T07:55:00Z | 2026-11-22T07:55:00Z |  |" in text
+    assert "Every time in this report is the cluster's (the API server's Date header)" in text
     assert "| Capacity | 40 to 48 allocatable GPUs during the rollout (2 samples) |" in text
     assert "| gpu_driver | 550.127.05 | 570.124.06 | changed |" in text
     assert "| openshift | 4.16.23 | 4.16.23 |  |" in text
@@ -116,7 +123,7 @@ def test_failed_gate_is_explained_with_its_evidence_first() -> None:
     assert "- Validation gates failed on canary node gpu-worker-001" in section
     assert "- gate rdma on gpu-worker-001: mlx5_2/1 is Down/Disabled" in section
     assert "- gpu-worker-003: driver pod CrashLoopBackOff" in section
-    assert "| gpu-worker-001 | rdma | FAIL | mlx5_2/1 is Down/Disabled | 4 s |" in text
+    assert "| gpu-worker-001 | rdma | FAIL | mlx5_2/1 is Down/Disabled | 4 s (waited here) |" in text
     assert "Evidence, rdma on gpu-worker-001:\n\n```\n--- ibstat ---" in text
     assert "run stage=rollback" in text
 
@@ -152,13 +159,13 @@ def test_forced_promotion_and_matrix_commit_are_shown() -> None:
             "tag": "v2026-11-stable",
             "tag_existed": True,
         },
-        nodes=[{"node": "gpu-worker-002", "state": "upgrade-done", "at": "t", "reason": "ok"}],
+        nodes=[{"node": "gpu-worker-002", "state": "upgrade-done", "at": "2026-11-22T07:40:00Z", "reason": "ok"}],
     )
     text = render_report(entry)
     assert "| Forced | yes, reason: security fix |" in text
     assert "| Where | every GPU node, validated on gpu-worker-002, gpu-worker-004 |" in text
     assert "commit 0123456789ab, tag v2026-11-stable (already existed, left in place)" in text
-    assert "| gpu-worker-002 | upgrade-done | t | ok |" in text
+    assert "| gpu-worker-002 | upgrade-done | 2026-11-22T07:40:00Z | 2026-11-22T07:40:00Z | ok |" in text
 
 
 def test_helpers() -> None:
