@@ -292,6 +292,16 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(NETWORK_OPERATOR_ROLE, ("delete",), "", "pods"),
         ),
     ),
+    "network_operator_sriov_find": (
+        "roles/network_operator rollback.yml, sriov_undo.yml: look for SR-IOV pre-steps an earlier run left (the "
+        "SriovOperatorConfig in any namespace, the SR-IOV operator's Deployments, the saved-state ConfigMap)",
+        (
+            # sriov_find.yml lists them without a namespace unless network_operator_sriov_namespace is set.
+            _g(UPGRADE_ROLE, _L, "sriovnetwork.openshift.io", "sriovoperatorconfigs"),
+            _g(SRIOV_OPERATOR_ROLE, _L, "apps", "deployments"),
+            _g(SRIOV_OPERATOR_ROLE, _R, "", "configmaps"),
+        ),
+    ),
     "firmware_rollout": (
         "roles/nic_firmware rollout.yml: nic_firmware_rollout cordons, drains, flashes through the BMC, uncordons",
         (
@@ -370,7 +380,7 @@ COMPONENT_STEPS: Dict[str, Dict[str, Tuple[str, ...]]] = {
         "preflight": ("network_operator_version", "network_operator_mofed"),
         "canary": ("network_operator_version", "network_operator_mofed"),
         "promote": ("network_operator_mofed",),
-        "rollback": ("network_operator_version", "network_operator_mofed"),
+        "rollback": ("network_operator_version", "network_operator_sriov_find", "network_operator_mofed"),
     },
     "firmware": {
         "preflight": ("firmware_rollout",),
