@@ -334,8 +334,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, _L, "nvidia.com", "clusterpolicies"),
             _g(UPGRADE_ROLE, _L, "mellanox.com", "nicclusterpolicies"),
             # gpu_kernel_interlock reads the driver-toolkit ImageStream in "openshift" (granted to every
-            # authenticated user by OpenShift's system:image-puller on that namespace) and builds in the
-            # GPU Operator's namespace.
+            # authenticated user by OpenShift's bootstrap RoleBinding shared-resource-viewers there) and builds in
+            # the GPU Operator's namespace.
             _g(GPU_OPERATOR_ROLE, ("get", "create", "delete"), "", "pods"),
         ),
     ),

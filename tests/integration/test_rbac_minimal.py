@@ -237,3 +237,7 @@ def test_kubectl_auth_can_i_list_shows_the_shipped_roles_in_each_namespace(twin:
     assert "leases.coordination.k8s.io" not in network and "jobs.batch" not in network, network
     assert network["pods"] == {"list", "delete"}, network
     assert network["nodes"] == ledger["nodes"]
+    # OpenShift's bootstrap policy: any authenticated user reads the ImageStreams of "openshift" (the driver
+    # toolkit's, which the kernel interlock reads), through the RoleBinding shared-resource-viewers.
+    shared = can_i_list(twin, token, "openshift")
+    assert shared["imagestreams.image.openshift.io"] == {"get", "list", "watch"}, shared
