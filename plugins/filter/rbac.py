@@ -1,10 +1,12 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Copyright: Contributors to the gpufleet.upgrade project
-"""The filter rbac_objects of roles/rbac (documented in rbac_objects.yml beside this file)."""
+"""The filters rbac_objects (roles/rbac) and forbidden_explained (documented in <name>.yml beside this file)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import forbidden_detail_of_message
 
 BOUND_IN = "gpufleet.io/bound-in"
 # Which account each shipped ClusterRole is for, by its name.
@@ -84,6 +86,16 @@ def rbac_objects(cluster_roles, accounts, namespaces, create_accounts=True):
     return service_accounts + roles + bindings
 
 
+def forbidden_explained(message):
+    """The failure message, with the missing rule and the shipped ClusterRole granting it when it is an RBAC 403
+    in kube-apiserver's words that nothing explained yet (the collection's own modules already do)."""
+    text = "" if message is None else str(message)
+    if "missing permission:" in text:
+        return text
+    detail = forbidden_detail_of_message(text)
+    return f"{text} ({detail})" if detail else text
+
+
 class FilterModule:
     def filters(self):
-        return {"rbac_objects": rbac_objects}
+        return {"rbac_objects": rbac_objects, "forbidden_explained": forbidden_explained}

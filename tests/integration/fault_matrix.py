@@ -72,6 +72,8 @@ class Group:
     inputs: dict[str, Any] = field(default_factory=dict)
     budget: int = 1
     timeout: float = 900  # real seconds one ansible-playbook run may take (bench/soak.py's 200-node twins: more)
+    # Credentials instead of the twin's kubeconfig (K8S_AUTH_HOST, K8S_AUTH_API_KEY...: an account's token).
+    environment: dict[str, str] | None = None
 
     def run(self, stage: str, **extra: Any) -> PlaybookRun:
         variables = {
@@ -85,7 +87,13 @@ class Group:
             **self.inputs,
             **extra,
         }
-        return run_playbook("playbooks/upgrade.yml", twin=self.twin, extra_vars=variables, timeout=self.timeout)
+        return run_playbook(
+            "playbooks/upgrade.yml",
+            twin=None if self.environment else self.twin,
+            environment=self.environment,
+            extra_vars=variables,
+            timeout=self.timeout,
+        )
 
 
 # -- reading the cluster ----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import shutil
 import ssl
 import subprocess
@@ -162,6 +163,17 @@ def test_audit_with_the_read_only_account_succeeds_and_its_writes_are_refused(fr
     assert writes(twin) == {}
     assert cluster_ledger(twin) == []
 
+    # playbooks/rbac.yml is an administrator's: with the audit token its first request (does the accounts'
+    # namespace exist?) is refused, in the API's words naming verb, resource, group and namespace (a Namespace is
+    # authorized in its own namespace, as RequestInfoFactory does); nothing is written.
+    twin.admin("POST", "report/reset")
+    rbac = run_as(twin, token, "playbooks/rbac.yml", extra_vars={"rbac_namespaces": NAMESPACES})
+    assert rbac.returncode != 0
+    assert re.search(
+        r'cannot get resource \\*"namespaces\\*" in API group \\*"\\*" in the namespace \\*"gpufleet\\*"', rbac.output
+    ), rbac.output[-3000:]
+    assert writes(twin) == {}
+
 
 def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspace):
     twin = fresh_twin
@@ -251,3 +263,134 @@ def test_network_operator_mofed_canary_succeeds_with_the_shipped_role(fresh_twin
     assert served["by_code"].get("403", 0) == 0, served
     assert served["by_verb_resource"].get("create pods/eviction", 0) > 0, served
     assert mofed_versions(twin)[CANARY] == NEW_MOFED
+
+
+def test_a_403_after_the_preflight_names_the_rule_and_the_clusterrole(fresh_twin, workspace):
+    """With the preflight turned off, the first write the account lacks (labelling the canary, a kubernetes.core
+    task) is refused by the API: the failure, in the output and the ledger, names the rule and the ClusterRole as
+    the preflight would, and nothing on the nodes changed."""
+    twin = fresh_twin
+    apply_shipped_roles(twin)
+    token = token_of(twin, "gpufleet-upgrade")
+    without_verb(twin, "gpufleet-upgrade", group="", resource="nodes", verb="patch")
+    twin.admin("POST", "report/reset")
+    canary = stage_as(twin, workspace, "canary", token, upgrade_permission_check=False)
+    assert canary.returncode != 0
+    detail = (
+        'missing permission: patch nodes in API group "" at the cluster scope; check ClusterRole gpufleet-upgrade '
+        "(rbac/upgrade.yaml, bound by a ClusterRoleBinding)"
+    )
+    assert detail in canary.output, canary.output[-4000:]
+    entry = cluster_ledger(twin)[-1]
+    assert (entry["stage"], entry["outcome"]) == ("canary", "failed"), entry
+    assert detail in entry["message"], entry
+    forbidden = twin.report()["requests"]["forbidden_by_verb_resource"]
+    assert set(forbidden) == {"patch nodes"}, forbidden
+    assert "patch nodes" not in writes(twin)
+    assert set(drivers(twin).values()) == {OLD_DRIVER}
+
+
+def test_one_inventory_gives_each_playbook_its_accounts_token(fresh_twin, workspace):
+    """As examples/fleet-inventory.yml does: the host's token chosen by gpufleet_account, which each playbook sets.
+    The audit runs with the read-only account and the upgrade's preflight passes with the upgrade account; the
+    upgrade's token cannot run the audit (its reads are the audit role's, not the upgrade's)."""
+    twin = fresh_twin
+    apply_shipped_roles(twin)
+    host = {
+        "gpufleet_k8s_host": twin.api_url,
+        "gpufleet_k8s_ca_cert": twin.companion["ca_file"],
+        "gpufleet_k8s_api_key": "{{ vault_cluster_tokens[gpufleet_account] }}",
+        "vault_cluster_tokens": {
+            "audit": token_of(twin, "gpufleet-audit"),
+            "upgrade": token_of(twin, "gpufleet-upgrade"),
+        },
+    }
+    audit_vars = {"audit_matrix_file": str(workspace / "matrix.yaml"), "audit_output_dir": str(workspace / "audit")}
+    twin.admin("POST", "report/reset")
+    audit = run_playbook("playbooks/audit.yml", twin=None, extra_vars={**host, **audit_vars})
+    assert audit.returncode == 0, audit.output[-4000:]
+    assert twin.report()["requests"]["forbidden_by_verb_resource"] == {}
+
+    check = run_playbook(
+        "playbooks/upgrade.yml",
+        twin=None,
+        extra_vars={
+            **host,
+            "stage": "canary",
+            "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+            "upgrade_report_dir": str(workspace / "reports"),
+        },
+        check=True,
+    )
+    assert "Check the credentials may do everything this stage will do" in check.output, check.output[-4000:]
+    assert "the credentials lack" not in check.output, check.output[-4000:]
+    assert writes(twin) == {}
+
+    wrong = run_playbook(
+        "playbooks/audit.yml", twin=None, extra_vars={**host, **audit_vars, "gpufleet_account": "upgrade"}
+    )
+    assert wrong.returncode != 0
+    assert "check ClusterRole gpufleet-audit (rbac/audit.yaml, bound by a ClusterRoleBinding)" in wrong.output
+
+
+# One rule each later stage needs (the rollback's only it needs), and how the preflight names it.
+LATER_STAGE_RULES = [
+    (
+        "bake",
+        "gpufleet-upgrade-ledger",
+        "batch",
+        "jobs",
+        "create",
+        f'create jobs in API group "batch" in namespace "{NAMESPACE}" (needed by validate_gates; granted by '
+        "ClusterRole gpufleet-upgrade-ledger in rbac/upgrade.yaml through a RoleBinding in namespace "
+        f'"{NAMESPACE}")',
+    ),
+    (
+        "promote",
+        "gpufleet-upgrade",
+        "nvidia.com",
+        "clusterpolicies",
+        "patch",
+        'patch clusterpolicies in API group "nvidia.com" at the cluster scope (needed by gpu_operator_driver, '
+        "gpu_operator_operands; granted by ClusterRole gpufleet-upgrade in rbac/upgrade.yaml through a "
+        "ClusterRoleBinding)",
+    ),
+    (
+        "rollback",
+        "gpufleet-upgrade-gpu-operator",
+        "operators.coreos.com",
+        "clusterserviceversions",
+        "delete",
+        f'delete clusterserviceversions in API group "operators.coreos.com" in namespace "{NAMESPACE}" (needed by '
+        "gpu_operator_olm_reinstall; granted by ClusterRole gpufleet-upgrade-gpu-operator in rbac/upgrade.yaml "
+        f'through a RoleBinding in namespace "{NAMESPACE}")',
+    ),
+]
+
+
+def test_each_later_stage_one_rule_short_is_refused_naming_it_and_writes_nothing(fresh_twin, workspace):
+    """After a canary with the shipped roles, each later stage with one of its rules taken out is refused by the
+    preflight naming exactly that rule and its ClusterRole, and the cluster (nodes, ledger, Lease) is untouched."""
+    twin = fresh_twin
+    apply_shipped_roles(twin)
+    token = token_of(twin, "gpufleet-upgrade")
+    canary = stage_as(twin, workspace, "canary", token)
+    assert canary.returncode == 0, canary.output[-6000:]
+    twin.advance(49 * 3600)
+    ledger = cluster_ledger(twin)
+    before = drivers(twin)
+
+    for stage, cluster_role, group, resource, verb, named in LATER_STAGE_RULES:
+        original = without_verb(twin, cluster_role, group=group, resource=resource, verb=verb)
+        twin.admin("POST", "report/reset")
+        refused = stage_as(twin, workspace, stage, token)
+        assert refused.returncode != 0, (stage, refused.output[-4000:])
+        assert "the credentials lack 1 permission(s), so nothing was changed: " + named in refused.output, (
+            stage,
+            refused.output[-4000:],
+        )
+        assert writes(twin) == {}, (stage, "a run refused by the preflight writes nothing")
+        assert twin.report()["requests"]["forbidden_by_verb_resource"] == {}, stage
+        assert cluster_ledger(twin) == ledger, stage
+        assert drivers(twin) == before, stage
+        restore(twin, original)

@@ -348,13 +348,43 @@ def test_credentials_give_the_environment_the_collection_reads(configs):
         assert f'"{variable}"' in module_utils, f"the Redfish options no longer fall back to {variable}"
     secret_fields = {f["id"] for f in bmc_type["inputs"]["fields"] if f.get("secret")}
     assert "password" in secret_fields
-    (cluster,) = [c for c in configs["controller_credentials"] if c["credential_type"].startswith("OpenShift")]
-    # AWX injects K8S_AUTH_VERIFY_SSL=True only with verify_ssl and a CA; anything else turns verification off.
-    assert cluster["inputs"]["verify_ssl"] is True and cluster["inputs"]["ssl_ca_cert"]
+    clusters = [c for c in configs["controller_credentials"] if c["credential_type"].startswith("OpenShift")]
+    assert clusters
+    for cluster in clusters:
+        # AWX injects K8S_AUTH_VERIFY_SSL=True only with verify_ssl and a CA; anything else turns verification off.
+        assert cluster["inputs"]["verify_ssl"] is True and cluster["inputs"]["ssl_ca_cert"], cluster["name"]
     for credential in configs["controller_credentials"]:
         for field, value in credential["inputs"].items():
             if isinstance(value, str) and any(word in field for word in ("token", "password")):
                 assert value.startswith("{{"), f"{credential['name']} {field}: a secret written into Git"
+
+
+# Each playbook's templates hold a token of the ServiceAccount roles/rbac binds to the shipped roles of that playbook
+# (rbac/audit.yaml: read only; rbac/upgrade.yaml), named by the secret variable that fills the credential.
+TOKEN_OF_PLAYBOOK = {
+    "playbooks/audit.yml": ("gpufleet_awx_k8s_audit_bearer_token", "gpufleet-audit"),
+    "playbooks/upgrade.yml": ("gpufleet_awx_k8s_bearer_token", "gpufleet-upgrade"),
+}
+
+
+def test_each_template_runs_with_the_token_of_its_playbooks_shipped_role(configs):
+    credentials = {c["name"]: c for c in configs["controller_credentials"]}
+    defaults = yaml.safe_load((ROOT / "roles" / "rbac" / "defaults" / "main.yml").read_text())
+    accounts = {defaults["rbac_audit_service_account"], defaults["rbac_upgrade_service_account"]}
+    for template in configs["controller_templates"]:
+        variable, account = TOKEN_OF_PLAYBOOK[template["playbook"]]
+        clusters = [
+            credentials[name]
+            for name in template["credentials"]
+            if credentials[name]["credential_type"].startswith("OpenShift")
+        ]
+        assert len(clusters) == 1, (template["name"], template["credentials"])
+        (cluster,) = clusters
+        assert cluster["inputs"]["bearer_token"] == "{{ " + variable + " }}", (template["name"], cluster["name"])
+        assert account in accounts and f"gpufleet/{account}" in cluster["description"], cluster
+    docs = (ROOT / "docs" / "awx.md").read_text()
+    for variable, account in TOKEN_OF_PLAYBOOK.values():
+        assert f"`{variable}`" in docs and f"`gpufleet/{account}`" in docs, variable
 
 
 def test_apply_passes_the_objects_as_tested():
@@ -400,6 +430,7 @@ def test_apply_playbook_syntax(tmp_path):
 SECRETS = {
     "gpufleet_awx_k8s_host": "https://api.example.test:6443",
     "gpufleet_awx_k8s_bearer_token": "token-for-the-test",
+    "gpufleet_awx_k8s_audit_bearer_token": "audit-token-for-the-test",
     "gpufleet_awx_k8s_ca_cert": "-----BEGIN CERTIFICATE-----",
     "gpufleet_awx_bmc_username": "root",
     "gpufleet_awx_bmc_password": "password-for-the-test",

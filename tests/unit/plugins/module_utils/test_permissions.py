@@ -8,7 +8,7 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.upgrade.plugins.filter.rbac import rbac_objects
+from ansible_collections.gpufleet.upgrade.plugins.filter.rbac import forbidden_explained, rbac_objects
 from ansible_collections.gpufleet.upgrade.plugins.module_utils import _permissions as table
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import _api_error
@@ -208,6 +208,38 @@ def test_a_403_from_the_api_names_the_rule_and_the_clusterrole():
     assert "no ClusterRole shipped in rbac/ grants it" in odd.msg
     # Other statuses are left alone.
     assert "missing permission" not in _api_error("PATCH", "/api/v1/nodes/x", 404, b"{}").msg
+
+
+def test_a_403_met_by_another_module_is_explained_from_the_servers_words():
+    # kubernetes.core's k8s reports the Status JSON inside its own message, quotes escaped.
+    escaped = (
+        'Failed to patch object: {"kind":"Status","message":"nodes \\"gpu-worker-001\\" is forbidden: User '
+        '\\"system:serviceaccount:gpufleet:gpufleet-upgrade\\" cannot patch resource \\"nodes\\" in API group '
+        '\\"\\" at the cluster scope","reason":"Forbidden","code":403}'
+    )
+    explained = forbidden_explained(escaped)
+    assert explained.startswith(escaped)
+    assert explained.endswith(
+        '(missing permission: patch nodes in API group "" at the cluster scope; check ClusterRole gpufleet-upgrade '
+        "(rbac/upgrade.yaml, bound by a ClusterRoleBinding))"
+    )
+    plain = (
+        'pods "x" is forbidden: User "u" cannot create resource "pods/eviction" in API group "" in the namespace '
+        '"ml-training"'
+    )
+    assert table.forbidden_detail_of_message(plain) == (
+        'missing permission: create pods/eviction in API group "" in namespace "ml-training"; check ClusterRole '
+        "gpufleet-upgrade (rbac/upgrade.yaml, bound by a ClusterRoleBinding)"
+    )
+    subscriptions = (
+        'User "u" cannot patch resource "subscriptions" in API group "operators.coreos.com" in the namespace "n"'
+    )
+    assert "check ClusterRole gpufleet-upgrade-gpu-operator" in forbidden_explained(subscriptions)
+    # Already explained (the collection's own modules), not a 403, or nothing: unchanged.
+    done = _api_error("PATCH", "/api/v1/nodes/x", 403, escaped.split("object: ", 1)[1].encode()).msg
+    assert forbidden_explained(done) == done
+    assert forbidden_explained("Timed out waiting for the pool") == "Timed out waiting for the pool"
+    assert forbidden_explained(None) == ""
 
 
 class _ReviewingApi:

@@ -305,8 +305,46 @@ class OpenShiftPlatform:
             return
         if self.store.try_get(self.kinds.namespace, None, DTK_NAMESPACE) is None:
             self.store.create(self.kinds.namespace, namespace_object(DTK_NAMESPACE, profile="openshift"))
+        self.seed_shared_resource_viewers()
         for release in sorted(set(self.rendered.values()), key=lambda r: r.ostree):
             self.publish_driver_toolkit(release)
+
+    def seed_shared_resource_viewers(self) -> None:
+        """OpenShift's bootstrap policy (origin's bootstrappolicy, the "openshift" shared-resources namespace):
+        every authenticated user may read the ImageStreams, tags and templates there and pull from them (Role
+        ``shared-resource-viewer``, RoleBinding ``shared-resource-viewers`` to ``system:authenticated``), which is
+        how anyone reads the driver-toolkit ImageStream."""
+        group = "rbac.authorization.k8s.io"
+        roles = self.twin.registry.get(group, "roles")
+        bindings = self.twin.registry.get(group, "rolebindings")
+        if roles is None or bindings is None:
+            return
+        read = ["get", "list", "watch"]
+        role = {
+            "apiVersion": f"{group}/v1",
+            "kind": "Role",
+            "metadata": {"name": "shared-resource-viewer", "namespace": DTK_NAMESPACE},
+            "rules": [
+                {"verbs": read, "apiGroups": ["", "template.openshift.io"], "resources": ["templates"]},
+                {
+                    "verbs": read,
+                    "apiGroups": ["", IMAGE_GROUP],
+                    "resources": ["imagestreamimages", "imagestreams", "imagestreamtags"],
+                },
+                {"verbs": ["get"], "apiGroups": ["", IMAGE_GROUP], "resources": ["imagestreams/layers"]},
+            ],
+        }
+        binding = {
+            "apiVersion": f"{group}/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "shared-resource-viewers", "namespace": DTK_NAMESPACE},
+            "roleRef": {"apiGroup": group, "kind": "Role", "name": "shared-resource-viewer"},
+            "subjects": [{"apiGroup": group, "kind": "Group", "name": "system:authenticated"}],
+        }
+        for rtype, obj in ((roles, role), (bindings, binding)):
+            if self.store.try_get(rtype, DTK_NAMESPACE, obj["metadata"]["name"]) is None:
+                # Complete objects written as etcd holds them (no admission to run), as the bootstrap policy is.
+                self.store.create(rtype, obj, restore=True)
 
     def publish_driver_toolkit(self, release: RhcosRelease) -> None:
         """Add the RHCOS's tag (kept by later updates) and point ``latest`` at it."""

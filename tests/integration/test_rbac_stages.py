@@ -1,0 +1,120 @@
+"""Least privilege, sufficient (issue 24): every stage of upgrade.yml for every component group, run with the
+ServiceAccount bound to exactly the shipped rbac/ roles, goes as it goes with the administrator's token.
+
+One twin per group (the settings of the fault matrix, tests/integration/test_fault_matrix.py); its stages are
+chained on it: canary, bake (the window elapsed on the twin's clock), rollback of the canary, canary again, promote
+(OpenShift refuses a rollback, a downgrade, as with the administrator's token: canary, bake, rollback, promote).
+After each, the twin's recorder shows no request refused (403): the preflight passed and nothing it did not
+foresee was needed.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+
+from gpufleet_twin.process import start_twin
+
+from .fault_matrix import Group, assert_outcome, get_json, write_matrix
+from .test_fault_matrix import GROUPS
+from .test_rbac import account_env, apply_shipped_roles, token_of
+
+pytestmark = pytest.mark.slow
+
+CANARY = "gpu-worker-001"
+GPU_NAMESPACE = "nvidia-gpu-operator"
+GPU_PACKAGE = "gpu-operator-certified"
+BAKE = 49 * 3600  # past the flow's 48 h bake window
+# Groups whose rollback the flow refuses by design (tests/integration/test_openshift.py), whatever the token.
+ROLLBACK_REFUSED = {"openshift": "OpenShift does not support downgrading a cluster"}
+
+
+def refused(group: Group) -> dict[str, int]:
+    """Requests the twin refused with 403 since its report was last reset, by verb and resource."""
+    return group.twin.report()["requests"].get("forbidden_by_verb_resource", {})
+
+
+def account_group(name: str, root: pathlib.Path) -> Group:
+    """The fault matrix's setting of the group, on a twin of its own, run with the upgrade account's token."""
+    setting = GROUPS[name]
+    twin = start_twin(nodes=6, profile="openshift", time_scale=600, workdir=root / "twin")
+    write_matrix(root, setting["canary"], setting.get("production"))
+    inputs = setting.get("inputs", {})
+    inputs = inputs(twin, root) if callable(inputs) else dict(inputs)
+    apply_shipped_roles(twin)
+    group = Group(
+        name=name,
+        twin=twin,
+        workspace=root,
+        inputs=inputs,
+        environment=account_env(twin, token_of(twin, "gpufleet-upgrade")),
+    )
+    twin.admin("POST", "budget", {"maxUnavailable": group.budget, "scope": "nvidia.com/gpu.present=true"})
+    return group
+
+
+def run_stage(group: Group, stage: str, **extra: Any) -> dict[str, Any]:
+    """One stage with the account's token: it succeeds and the API refused nothing. Returns its ledger entry."""
+    group.twin.admin("POST", "report/reset")
+    run = group.run(stage, **extra)
+    entry = assert_outcome(group, stage, run, None)
+    assert "the credentials lack" not in run.output, run.output[-4000:]
+    assert refused(group) == {}, (stage, refused(group), run.output[-4000:])
+    return entry
+
+
+@pytest.mark.parametrize("name", ["gpu_operator", "network_operator", "firmware", "openshift"])
+def test_every_stage_succeeds_with_exactly_the_shipped_roles(name: str, tmp_path: pathlib.Path) -> None:
+    group = account_group(name, tmp_path)
+    try:
+        twin = group.twin
+        canary = run_stage(group, "canary")
+        assert (canary["group"], canary["outcome"]) == (name, "success"), canary
+
+        twin.advance(BAKE)
+        run_stage(group, "bake")
+
+        if name in ROLLBACK_REFUSED:
+            # Refused by the group's own rule before any change, as with the administrator's token.
+            group.twin.admin("POST", "report/reset")
+            refused_rollback = group.run("rollback")
+            assert refused_rollback.returncode != 0
+            assert ROLLBACK_REFUSED[name] in refused_rollback.output, refused_rollback.output[-4000:]
+            assert refused(group) == {}, refused(group)
+        else:
+            # The canary's rollback: for the GPU Operator it takes the operator back under OLM (delete the newer
+            # CSV and the Subscription, subscribe to the older one, approve its InstallPlan).
+            rollback = run_stage(group, "rollback")
+            assert rollback["outcome"] == "success", rollback
+            if name == "gpu_operator":
+                subscription = get_json(twin, "subscription", "-n", GPU_NAMESPACE, GPU_PACKAGE)
+                assert subscription["status"]["installedCSV"] == f"{GPU_PACKAGE}.v24.9.0", subscription["status"]
+            run_stage(group, "canary")
+            twin.advance(BAKE)
+        promote = run_stage(group, "promote")
+        assert promote["outcome"] == "success", promote
+    finally:
+        assert group.twin.stop() == 0, group.twin.log_path.read_text()[-2000:]
+
+
+def test_sriov_canary_halts_as_it_does_with_the_administrators_token(tmp_path: pathlib.Path) -> None:
+    """The twin runs OpenShift 4.16, whose index offers no newer SR-IOV build: the canary is refused by the group's
+    own check before any change, with the account as with the administrator (its reads are all granted)."""
+    group = account_group("sriov", tmp_path)
+    try:
+        twin = group.twin
+        twin.admin("POST", "report/reset")
+        as_account = group.run("canary", upgrade_wait_timeout=10)
+        assert as_account.returncode != 0
+        assert "update OpenShift to 4.17 first" in as_account.output, as_account.output[-4000:]
+        assert "the credentials lack" not in as_account.output
+        assert refused(group) == {}, refused(group)
+
+        admin = Group(name=group.name, twin=twin, workspace=group.workspace, inputs=group.inputs)
+        as_admin = admin.run("canary", upgrade_wait_timeout=10)
+        assert as_admin.returncode != 0
+        assert "update OpenShift to 4.17 first" in as_admin.output, as_admin.output[-4000:]
+    finally:
+        assert group.twin.stop() == 0, group.twin.log_path.read_text()[-2000:]
