@@ -397,7 +397,8 @@ def test_a_role_wait_longer_than_the_lease_is_not_taken_over_by_a_second_run(twi
         second = flow(twin, workspace, "canary", upgrade_lease_duration=duration)
         assert second.returncode != 0, second.output[-3000:]
         assert f"Another run holds the Lease: {holder}, for " in second.output, second.output[-3000:]
-        assert writes(twin) == {}, "a refused run writes nothing"
+        # The refused run writes nothing; the first run's keeper renews its Lease meanwhile.
+        assert set(writes(twin)) <= {"update leases.coordination.k8s.io"}, writes(twin)
         assert lease(twin)["holderIdentity"] == holder
 
         kubectl(twin, "create", "configmap", "slow-wait-go", "-n", NAMESPACE)
