@@ -21,6 +21,7 @@ from .fault_matrix import (
     Case,
     Group,
     Halt,
+    NextFailed,
     assert_marks_explained,
     assert_matrix_agrees,
     assert_outcome,
@@ -279,7 +280,21 @@ CASES: list[tuple[str, Case]] = [
 
 # Cases that expose a bug not fixed here: strict, so the fix turns them into failures to remove the mark; with
 # ``raises`` only that failure is expected (any other broken invariant still fails the case).
-KNOWN_BUGS: dict[str, dict[str, Any]] = {}
+KNOWN_BUGS: dict[str, dict[str, Any]] = {
+    "driver-build-fails": {
+        "reason": (
+            "issue 16 item 4, what is left: after a canary halted by a driver that does not build, the report's Next "
+            "(stage=rollback), the fault cleared, puts the old driver back; its gates wait for the node's GPUs and "
+            "validator and are an infrastructure failure now, never 'the node itself is faulty', but the upgrade "
+            "controller uncordons the rolled-back canary first and workloads (ml-training/llm-train-01, 2 x 4 GPUs) "
+            "take all 8 GPUs, so the smoke gates never find one free and the rollback fails with no Next that can "
+            "validate the node (the gates would have to run before the node is uncordoned; a try that held the "
+            "canary cordoned with the controller's node-initial-state annotation made GPU rollbacks outlive the "
+            "soak's 900 s run limit and was taken back, see docs/reliability.md)"
+        ),
+        "raises": NextFailed,
+    },
+}
 
 
 def known_bug(name: str) -> list[pytest.MarkDecorator]:
