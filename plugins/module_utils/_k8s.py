@@ -63,6 +63,20 @@ except ImportError:
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
 
 
+def forget_inherited_credential_files() -> Callable[[], None]:
+    """In a forked child process: make the kubeconfig loader write certificate files of the child's own.
+
+    The loader keeps the kubeconfig's certificate data in temporary files that the process deletes when it exits
+    (kubernetes.config.kube_config); a child that outlives the module would find them gone. Returns what deletes
+    the child's files when it ends.
+    """
+    kube_config = kubernetes.config.kube_config
+    inherited = getattr(kube_config, "_temp_files", None)
+    if isinstance(inherited, dict):
+        inherited.clear()
+    return getattr(kube_config, "_cleanup_temp_files", lambda: None)
+
+
 PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",

@@ -32,15 +32,19 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     InvalidInputError,
     KubeApiError,
     LeaseHeldError,
+    RunCancelledError,
+    WaitTimeoutError,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import LEASES
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 LEASE_API_VERSION = "coordination.k8s.io/v1"
 # The environment variable through which roles/upgrade hands the stage's Lease to every module the stage runs
@@ -303,6 +307,10 @@ class StageLease:
         self._ref = LEASES
         self.settings = settings
 
+    @property
+    def api(self) -> Any:
+        return self._api
+
     def read(self) -> Optional[LeaseRecord]:
         return parse_lease(self._api.get(self._ref, self.settings.name, namespace=self.settings.namespace))
 
@@ -449,6 +457,91 @@ class LeaseKeeper:
             self.renewals += 1
         finally:
             self._busy = False
+
+
+@dataclass
+class ServerClockEstimate:
+    """The API server's clock between reads, from the rate it ran at between the last two (a simulated cluster's
+    clock may run faster than the controller's): so the keeper reads it only when a renewal may be due."""
+
+    wall: float
+    server: datetime.datetime
+    rate: Optional[float] = None  # server seconds per controller second; None until read twice
+
+    def now(self, wall: float) -> datetime.datetime:
+        return self.server + datetime.timedelta(seconds=(wall - self.wall) * (self.rate or 1.0))
+
+    def update(self, *, wall: float, server: datetime.datetime) -> None:
+        if wall > self.wall:
+            self.rate = max((server - self.server).total_seconds() / (wall - self.wall), 0.0)
+        self.wall, self.server = wall, server
+
+
+def keep_renewed(
+    lease: StageLease,
+    *,
+    keep_for: float,
+    poll: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[float], None] = time.sleep,
+) -> str:
+    """Renew the Lease this run holds between the modules of its stage, and why it stopped.
+
+    Modules of this collection renew it from their own requests (``LeaseKeeper``); a role's task that waits with a
+    kubernetes.core module or an ``until:`` loop sends nothing of ours, and could outlast the Lease. This loop
+    renews it (a third of its duration after the last renewal, on the server's clock) until the Lease is no longer
+    this run's (released at the end of the stage, or taken), the ansible process that started it is gone (a killed
+    run's Lease must expire: ``wait_until`` stops when it is), or ``keep_for`` seconds have passed.
+    """
+    estimate = ServerClockEstimate(wall=clock(), server=lease.api.server_time())
+    last_renew = estimate.server
+    lease.renew(last_renew)
+    duration = lease.settings.duration_seconds
+
+    def renew_when_due() -> bool:
+        nonlocal last_renew
+        wall = clock()
+        # Read the server's clock when a renewal may be due by the estimate (always until its rate is known).
+        if estimate.rate is not None and not renewal_due(
+            last_renew=last_renew,
+            now=estimate.now(wall) + datetime.timedelta(seconds=poll * estimate.rate),
+            duration_seconds=duration,
+        ):
+            return False
+        estimate.update(wall=wall, server=lease.api.server_time())
+        if renewal_due(last_renew=last_renew, now=estimate.server, duration_seconds=duration):
+            lease.renew(estimate.server)
+            last_renew = estimate.server
+        return False
+
+    try:
+        wait_until(renew_when_due, bool, timeout=keep_for, sleep=poll, what="renewing the stage Lease",
+                   clock=clock, pause=pause)  # fmt: skip
+    except LeaseHeldError:
+        return "the Lease is no longer this run's (released or taken)"
+    except RunCancelledError:
+        return "the ansible process that started it is gone"
+    except WaitTimeoutError:
+        return f"kept for {keep_for:g}s"
+    return "stopped"
+
+
+def start_keeper(keep: Callable[[], Any]) -> int:
+    """Run ``keep`` in a child process that outlives this module; returns its pid.
+
+    The child stays in the run's process group (killing the group kills it too) and its standard streams go to
+    /dev/null, so Ansible, which reads the module's output to its end, does not wait for it.
+    """
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        for stream in (0, 1, 2):
+            os.dup2(null, stream)
+        keep()
+    finally:
+        os._exit(0)  # nothing of the module's exit (its result was printed by the parent) runs twice
 
 
 def run_stage_lease(api: Any, *, settings: LeaseSettings, state: str, check_mode: bool) -> Dict[str, Any]:

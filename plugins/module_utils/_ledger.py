@@ -293,6 +293,8 @@ class Decision:
     bake: Dict[str, Any] = field(default_factory=dict)
     rollback_target: str = ""
     forced: bool = False
+    # The command that works from here when the reason alone does not say it (a refusal's way forward).
+    next: str = ""
 
     def as_dict(self) -> Dict[str, Any]:
         return {
@@ -301,6 +303,7 @@ class Decision:
             "bake": dict(self.bake),
             "rollback_target": self.rollback_target,
             "forced": self.forced,
+            "next": self.next,
         }
 
 
@@ -405,32 +408,68 @@ def decide(
     raise InvalidInputError(f"Unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
 
 
+# Component groups whose change cannot be undone once it ran, and why: a rollback is refused before any change.
+FORWARD_ONLY_GROUPS = {
+    "openshift": "OpenShift does not support downgrading a cluster (Red Hat's update docs).",
+}
+
+
 def decide_rollback(
     *,
     open_states: Sequence[CampaignState],
     rollback_to: str,
     has_rollback_stage: bool,
 ) -> Decision:
-    """What a rollback undoes: the last open change, or the matrix's rollback entry when asked.
+    """What a rollback undoes, by where the last open change stands in the ledger.
 
-    A canary that was never promoted is undone by returning its node to
-    current_production (the rest of the fleet never left it); a promoted
-    change is undone by applying the ``rollback`` entry to every node.
+    ================================  ===========================================================
+    last open change                  rollback (``auto``)
+    ================================  ===========================================================
+    none (or rolled back already)     nothing to do (``current_production`` asked: the canary node
+                                      back to it; ``rollback`` asked: the rollback entry)
+    canary passed or failed           its canary node back to current_production (the rest of the
+                                      fleet never left it)
+    canary failed, forward-only       refused: go forward with stage=canary
+    promote failed (halted)           the nodes it moved back to current_production: the matrix was
+                                      not rewritten, so current_production still names what the
+                                      nodes it never reached run
+    promoted                          every node to the matrix's ``rollback`` entry (refused when
+                                      the matrix has none)
+    any open change of a group in     refused before any change, with the stage that goes forward
+    ``FORWARD_ONLY_GROUPS``           from there (bake/promote, canary, promote again)
+    ================================  ===========================================================
+
+    ``rollback_to=rollback`` asks for the rollback entry whatever the ledger says (not for a forward-only group).
     """
     if rollback_to not in (ROLLBACK_AUTO, ROLLBACK_TO_ENTRY, ROLLBACK_TO_PRODUCTION):
         raise InvalidInputError(f"upgrade rollback target {rollback_to!r} is not auto, rollback or current_production")
     latest = open_states[-1] if open_states else None
-    if rollback_to == ROLLBACK_TO_ENTRY or (latest is not None and (latest.promoted or latest.promote_failed)):
+    if latest is not None and latest.group in FORWARD_ONLY_GROUPS:
+        return _forward_only(latest, FORWARD_ONLY_GROUPS[latest.group])
+    if rollback_to == ROLLBACK_TO_ENTRY or (latest is not None and latest.promoted):
         if not has_rollback_stage:
-            return Decision(REFUSE, "The matrix has no rollback entry to go back to.")
+            return Decision(
+                REFUSE,
+                "The matrix has no rollback entry to go back to.",
+                next="Add a rollback entry to the matrix (the last known-good versions), then run stage=rollback.",
+            )
         what = f"the promotion of {latest.campaign}" if latest is not None and latest.promoted else "production"
         return Decision(RUN, f"Rolling back {what} to the matrix's rollback entry.", rollback_target=ROLLBACK_TO_ENTRY)
+    if latest is not None and latest.promote_failed:
+        return Decision(
+            RUN,
+            f"Returning the nodes the halted promotion of {latest.campaign} moved (ledger entry "
+            f"{latest.promote_entry}) to current_production: the promotion did not finish, so the matrix was not "
+            "rewritten and current_production still names what the rest of the fleet runs.",
+            rollback_target=ROLLBACK_TO_PRODUCTION,
+        )
     if latest is not None and latest.canary_failed and latest.canary_forward_only:
         return Decision(
             REFUSE,
             f"The canary of {latest.campaign} on {latest.canary_node or 'its node'} cannot be rolled back: "
             f"{latest.canary_forward_only} Nothing was changed. Fix what halted it (ledger entry "
             f"{latest.canary_entry}), then run stage=canary again to go forward.",
+            next="Fix what halted the canary, then run stage=canary again: it resumes where it stopped.",
         )
     if latest is not None:
         return Decision(
@@ -444,6 +483,31 @@ def decide_rollback(
             RUN, "Returning the canary node to current_production as asked.", rollback_target=ROLLBACK_TO_PRODUCTION
         )
     return Decision(NOOP, "Nothing to roll back: the ledger has no canary or promotion that was not rolled back.")
+
+
+def _forward_only(latest: CampaignState, why: str) -> Decision:
+    """A rollback refused for a group that cannot go back, with the stage that goes forward from where it stands."""
+    if latest.promoted:
+        forward = "Go forward: put a fixed z-stream in canary_testing and run stage=canary."
+    elif latest.promote_failed:
+        forward = "Fix what halted the promotion, then run stage=promote again: it resumes where it stopped."
+    elif latest.canary_failed:
+        forward = "Fix what halted the canary, then run stage=canary again: it resumes where it stopped."
+    elif latest.bake_failed:
+        forward = (
+            "A bake check failed: put a fixed z-stream in canary_testing and run stage=canary (or, with the failure "
+            "understood, stage=promote with upgrade_force_reason)."
+        )
+    else:
+        forward = (
+            "The canary passed: let it bake (run stage=bake to check it), then run stage=promote once the bake "
+            "window is over; if the change itself is bad, put a fixed z-stream in canary_testing instead."
+        )
+    return Decision(
+        REFUSE,
+        f"The change {latest.campaign} ({latest.group}) cannot be rolled back: {why} Nothing was changed. {forward}",
+        next=forward,
+    )
 
 
 # -- I/O ------------------------------------------------------------------------------------------------

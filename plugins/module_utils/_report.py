@@ -121,6 +121,8 @@ def next_step(entry: Mapping[str, Any]) -> str:
     """What a person (or the schedule) does next."""
     stage, outcome = entry.get("stage"), entry.get("outcome")
     bake = entry.get("bake") or {}
+    if entry.get("next"):
+        return str(entry["next"])  # the stage said what works from here (a refused rollback's way forward)
     if outcome == "refused":
         return "Fix what the refusal names, then run the stage again."
     if outcome == "failed" and stage in ("canary", "promote") and entry.get("forward_only"):

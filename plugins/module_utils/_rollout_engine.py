@@ -454,6 +454,7 @@ class RolloutPlan:
     resumed: Tuple[str, ...]
     released: Tuple[str, ...]
     canaries: Tuple[str, ...]
+    goes_first: Tuple[str, ...]
     budget: CapacityBudget
     limits: ScheduleLimits
     pool: Dict[str, PoolNode]
@@ -560,6 +561,16 @@ def build_plan(
     released = tuple(name for name in targets if dispositions[name].action == ACTION_RELEASE)
     halted_by = tuple(name for name in targets if dispositions[name].action == ACTION_HALT)
     resumed = tuple(name for name in targets if dispositions[name].action == ACTION_RESUME)
+    # Nodes an earlier attempt left unavailable (a failed node still cordoned, rolled again from the start) go
+    # first, like resumed ones: they take no more of the budget, and waiting behind the canary for the slot they
+    # hold themselves would stall the rollout (a rollback after a halted promotion).
+    goes_first = resumed + tuple(
+        name
+        for name in targets
+        if dispositions[name].action == ACTION_RUN
+        and read_progress(objects[name], keys).unfinished_attempt
+        and pool[name].unavailable
+    )
     to_work = [name for name in targets if dispositions[name].action in (ACTION_RUN, ACTION_RESUME)]
     canaries = tuple(settings.canary_nodes)
     strangers = [name for name in canaries if name not in targets]
@@ -569,11 +580,11 @@ def build_plan(
         to_work,
         pool=pool,
         canaries=[name for name in canaries if name in to_work],
-        resumed=resumed,
+        resumed=goes_first,
         order=settings.order,
     )
     first = ContinuousScheduler(
-        order=tuple(order), limits=limits, canaries=canaries, resumed=resumed, finished={*skipped, *released}
+        order=tuple(order), limits=limits, canaries=canaries, resumed=goes_first, finished={*skipped, *released}
     ).peek(pool)
     # Nodes the forecast keeps unavailable after they finish: those the rollout will leave cordoned.
     stay = [
@@ -587,7 +598,7 @@ def build_plan(
         pool=pool,
         limits=limits,
         canaries=[name for name in canaries if name not in skipped and name not in released],
-        resumed=resumed,
+        resumed=goes_first,
         stay_unavailable=stay,
     )
     descriptions = [(CORDON_STEP, _cordon_description(settings))]
@@ -602,6 +613,7 @@ def build_plan(
         resumed=resumed,
         released=released,
         canaries=canaries,
+        goes_first=goes_first,
         budget=budget,
         limits=limits,
         pool=pool,
@@ -948,7 +960,7 @@ def execute_rollout(
         order=plan.order,
         limits=plan.limits,
         canaries=plan.canaries,
-        resumed=plan.resumed,
+        resumed=plan.goes_first,
         finished={*plan.skipped, *plan.released},
     )
 

@@ -62,6 +62,16 @@ options:
         between two API requests of a module (renewals ride on them).
     type: int
     default: 300
+  keep_renewed_for:
+    description:
+      - With O(state=present), once the Lease is held, a process of this module stays behind and renews it whenever
+        a third of O(duration) has passed (on the API server's clock), so a task that waits without this collection's
+        modules (a C(kubernetes.core) wait, an C(until:) loop) cannot outlast it. It stops when the Lease is no longer
+        O(holder)'s (released at the end of the stage, or taken), when the C(ansible-playbook) that started it is gone
+        (so a killed run's Lease still expires; killing the run's process group kills it too), or after this many
+        seconds. C(0) starts none. Not in check mode.
+    type: int
+    default: 0
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -96,6 +106,11 @@ held:
   description: Whether this run holds the Lease now (false in check mode).
   returned: always
   type: bool
+keeper_pid:
+  description: The process that keeps the Lease renewed (O(keep_renewed_for)); 0 when none was started.
+  returned: state=present
+  type: int
+  sample: 48213
 lease:
   description: The Lease as it is now (holder, leaseDurationSeconds, acquire and renew times, transitions).
   returned: always
@@ -117,10 +132,17 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
+    forget_inherited_credential_files,
     k8s_auth_argument_spec,
     missing_libraries,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import LeaseSettings, run_stage_lease
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import (
+    LeaseSettings,
+    StageLease,
+    keep_renewed,
+    run_stage_lease,
+    start_keeper,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 
 
@@ -132,6 +154,7 @@ def argument_spec():
         name={"type": "str", "default": "gpufleet-upgrade"},
         holder={"type": "str", "required": True},
         duration={"type": "int", "default": 300},
+        keep_renewed_for={"type": "int", "default": 0},
     )
     return spec
 
@@ -146,7 +169,23 @@ def take_or_release(module):
     )
     # This module manages the Lease itself: it does not renew one handed over in the environment.
     api = KubeApi.from_params(params, keep_stage_lease=False)
-    return run_stage_lease(api, settings=settings, state=params["state"], check_mode=module.check_mode)
+    result = run_stage_lease(api, settings=settings, state=params["state"], check_mode=module.check_mode)
+    if params["state"] == "present":
+        keep_for = params["keep_renewed_for"]
+        held = result["held"] and keep_for > 0
+        result["keeper_pid"] = start_keeper(lambda: keep(params, settings, keep_for=keep_for)) if held else 0
+    return result
+
+
+def keep(params, settings, *, keep_for):
+    """The keeper's work, in the child: a client of its own (no connection or certificate file shared with the
+    module, which exits), renewing until the stage ends."""
+    delete_credential_files = forget_inherited_credential_files()
+    try:
+        api = KubeApi.from_params(params, keep_stage_lease=False)
+        return keep_renewed(StageLease(api, settings), keep_for=keep_for)
+    finally:
+        delete_credential_files()
 
 
 def main():

@@ -158,8 +158,10 @@ class Halt:
 
 
 def assert_outcome(group: Group, stage: str, run: PlaybookRun, halt: Halt | None) -> dict[str, Any]:
-    """1. Success, or a halt naming node, step and cause in the report and the ledger. Returns the ledger entry."""
+    """1. Success, or a halt naming node, step and cause in the report and the ledger. Returns the ledger entry.
+    Whatever the outcome, the run gave up the stage Lease it took (a refused preflight too)."""
     entry = cluster_ledger(group.twin)[-1]
+    assert lease_holder(group.twin) == "", f"the {stage} run left the stage Lease held: {lease_holder(group.twin)}"
     assert entry["stage"] == stage, (entry, run.output[-3000:])
     if halt is None:
         assert run.returncode == 0, run.output[-5000:]

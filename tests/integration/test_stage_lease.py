@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import pathlib
@@ -357,3 +358,68 @@ def test_a_409_because_another_run_took_the_lease_meanwhile_is_refused_naming_it
     assert "Another run holds the Lease: bob@elsewhere, run 2, for " in refused.output, refused.output[-3000:]
     assert writes(twin) == {}
     assert lease(twin)["holderIdentity"] == "bob@elsewhere, run 2"
+
+
+def test_a_role_wait_longer_than_the_lease_is_not_taken_over_by_a_second_run(twin_at, workspace):
+    """A stage whose role waits with kubernetes.core (an until loop, nothing of the collection's renewing) for many
+    times the Lease's duration on the twin's clock: the Lease's keeper renews it, so a second run is refused naming
+    the holder; the keeper stops when the stage releases the Lease."""
+    twin = twin_at(600)
+    duration = 60  # a tenth of a second of real time: long lapsed by the time the second run asks
+    variables = {
+        "stage": "canary",
+        "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+        "upgrade_report_dir": str(workspace / "reports"),
+        "upgrade_lease_duration": duration,
+        "upgrade_component_roles": {"gpu_operator": str(ROOT / "tests/integration/roles/slow.gpu_operator")},
+    }
+    first = start_playbook(twin, "playbooks/upgrade.yml", variables, output=workspace / "first.log")
+    with killed_controller(first):
+        # The canary label comes right before the role's wait.
+        wait_for(
+            lambda: lease(twin).get("holderIdentity") and node_label(twin, CANARY, "gpu-canary") == "true",
+            timeout=180,
+            what="the first run to hold the Lease and start its role's wait",
+        )
+        holder = lease(twin)["holderIdentity"]
+        started = twin.admin("GET", "clock")["now"]
+        wait_for(
+            lambda: seconds_between(started, twin.admin("GET", "clock")["now"]) > 10 * duration,
+            timeout=60,
+            what="ten Lease durations on the twin's clock",
+        )
+        assert first.poll() is None, (workspace / "first.log").read_text()[-3000:]
+        held = lease(twin)
+        assert held["holderIdentity"] == holder
+        assert seconds_between(started, held["renewTime"]) > 0, "renewed during the role's wait"
+
+        twin.admin("POST", "report/reset")
+        second = flow(twin, workspace, "canary", upgrade_lease_duration=duration)
+        assert second.returncode != 0, second.output[-3000:]
+        assert f"Another run holds the Lease: {holder}, for " in second.output, second.output[-3000:]
+        # The refused run writes nothing; the first run's keeper renews its Lease meanwhile.
+        assert set(writes(twin)) <= {"update leases.coordination.k8s.io"}, writes(twin)
+        assert lease(twin)["holderIdentity"] == holder
+
+        kubectl(twin, "create", "configmap", "slow-wait-go", "-n", NAMESPACE)
+        assert first.wait(timeout=300) != 0  # the stand-in role stops the stage after its wait
+    log = (workspace / "first.log").read_text()
+    assert "The slow test role stops here" in log, log[-3000:]
+    released = lease(twin)
+    assert released["holderIdentity"] == "", "released at the end of the stage"
+    # The keeper stopped with the stage: the released Lease stays as the stage left it.
+    twin.advance(10 * duration)
+    time.sleep(3)
+    assert lease(twin) == released
+
+
+def node_label(twin: TwinProcess, node: str, key: str) -> str:
+    found = json.loads(kubectl(twin, "get", "node", node, "-o", "json"))
+    return str(found["metadata"].get("labels", {}).get(key, ""))
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    def parse(text: str) -> datetime.datetime:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    return (parse(later) - parse(earlier)).total_seconds()

@@ -16,6 +16,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import (
     decide,
     format_micro_time,
     is_expired,
+    keep_renewed,
     lease_body,
     parse_lease,
     renewal_due,
@@ -260,3 +261,53 @@ def test_a_lease_that_changes_under_every_write_is_refused_after_bounded_attempt
     with pytest.raises(LeaseHeldError, match=r"changed between every read and write of this run \(4 attempts"):
         lease.acquire()
     assert api.refused == 4 and api.writes == 0
+
+
+class SimulatedTime:
+    """A controller clock the keeper sleeps on, and a server clock running ``scale`` times faster (the twin's)."""
+
+    def __init__(self, api, *, scale: float):
+        self.api, self.scale, self.wall = api, scale, 0.0
+        self.events = []
+
+    def clock(self):
+        return self.wall
+
+    def pause(self, seconds):
+        self.wall += seconds
+        self.api.now = T0 + datetime.timedelta(seconds=self.wall * self.scale)
+        for when, event in list(self.events):
+            if self.wall >= when:
+                self.events.remove((when, event))
+                event()
+
+
+@pytest.mark.parametrize("scale", [1.0, 60.0])
+def test_keep_renewed_keeps_the_lease_valid_on_a_fast_server_clock_until_it_is_released(scale):
+    api = FakeApi()
+    settings = LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300)
+    lease = StageLease(api, settings)
+    lease.acquire()
+    time = SimulatedTime(api, scale=scale)
+    renewals = []
+    real_replace = api.replace
+
+    def replace(ref, body):
+        renewals.append(api.now)
+        assert not is_expired(parse_lease(api.stored), now=api.now), "renewed only after it had expired"
+        return real_replace(ref, body)
+
+    api.replace = replace
+    time.events.append((3000 / scale, lease.release))  # the stage ends after 3000 s of server time
+    stopped = keep_renewed(lease, keep_for=10_000, clock=time.clock, pause=time.pause)
+    assert stopped == "the Lease is no longer this run's (released or taken)"
+    assert len(renewals) >= 3000 / 300, renewals  # at least once per duration while the stage ran
+    assert api.stored["spec"]["holderIdentity"] == ""  # the keeper did not take the released Lease back
+
+
+def test_keep_renewed_stops_after_its_time():
+    api = FakeApi()
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    lease.acquire()
+    time = SimulatedTime(api, scale=1.0)
+    assert keep_renewed(lease, keep_for=500, clock=time.clock, pause=time.pause) == "kept for 500s"

@@ -241,6 +241,76 @@ def test_rollback_undoes_the_last_open_change() -> None:
         decide_rollback(open_states=[], rollback_to="yesterday", has_rollback_stage=True)
 
 
+FORWARD_TEXT = "The control plane moved: this change can only go forward."
+LEDGER_STATES = {
+    # name: (entries of the change, oldest first; open after them)
+    "nothing": ((), False),
+    "canary passed": ((entry("canary", "success", 0),), True),
+    "canary failed": ((entry("canary", "failed", 0),), True),
+    "canary failed, forward-only": ((entry("canary", "failed", 0, forward_only=FORWARD_TEXT),), True),
+    "canary refused at preflight": ((entry("canary", "failed", 0, cluster_changed=False),), False),
+    "bake failed": ((entry("canary", "success", 0), entry("bake", "failed", 24)), True),
+    "promote failed": ((entry("canary", "success", 0), entry("promote", "failed", 50)), True),
+    "promote refused at preflight": (
+        (entry("canary", "success", 0), entry("promote", "failed", 50, cluster_changed=False)),
+        True,
+    ),
+    "promoted": ((entry("canary", "success", 0), entry("promote", "success", 50)), True),
+    "canary rolled back": ((entry("canary", "failed", 0), entry("rollback", "success", 1)), False),
+    "promote failed, rolled back": (
+        (entry("canary", "success", 0), entry("promote", "failed", 50), entry("rollback", "success", 51)),
+        False,
+    ),
+}
+# What stage=rollback (auto) does from each state: action, target, and what its reason names.
+ROLLBACK_TABLE = {
+    "nothing": (NOOP, "", "Nothing to roll back"),
+    "canary passed": (RUN, "current_production", "canary node gpu-worker-001"),
+    "canary failed": (RUN, "current_production", "canary node gpu-worker-001"),
+    "canary failed, forward-only": (REFUSE, "", "stage=canary"),
+    "canary refused at preflight": (NOOP, "", "Nothing to roll back"),
+    "bake failed": (RUN, "current_production", "canary node gpu-worker-001"),
+    # The halted promotion never rewrote the matrix: current_production is still what most nodes run.
+    "promote failed": (RUN, "current_production", "halted promotion"),
+    # Refused before any change: the passed canary is what is open, and it goes back alone.
+    "promote refused at preflight": (RUN, "current_production", "canary node gpu-worker-001"),
+    "promoted": (RUN, "rollback", "the promotion of"),
+    "canary rolled back": (NOOP, "", "Nothing to roll back"),
+    "promote failed, rolled back": (NOOP, "", "Nothing to roll back"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEDGER_STATES))
+def test_rollback_decision_for_every_ledger_state(name: str) -> None:
+    entries, is_open = LEDGER_STATES[name]
+    states = open_campaigns(list(entries))
+    assert bool(states) is is_open, states
+    action, target, named = ROLLBACK_TABLE[name]
+    decision = decide_rollback(open_states=states, rollback_to="auto", has_rollback_stage=True)
+    assert (decision.action, decision.rollback_target) == (action, target), decision
+    assert named in decision.reason, decision.reason
+    if action == REFUSE:
+        assert "stage=" in decision.next and "stage=rollback" not in decision.next, decision.next
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_entries, is_open) in LEDGER_STATES.items() if is_open))
+def test_a_forward_only_group_refuses_every_rollback_naming_the_stage_that_goes_forward(name: str) -> None:
+    entries = [{**one, "group": "openshift"} for one in LEDGER_STATES[name][0]]
+    (state,) = open_campaigns(entries)
+    for asked in ("auto", "rollback", "current_production"):
+        decision = decide_rollback(open_states=[state], rollback_to=asked, has_rollback_stage=True)
+        assert decision.action == REFUSE and "does not support downgrading" in decision.reason, decision
+        assert "Nothing was changed" in decision.reason
+        assert "stage=rollback" not in decision.next
+    expected = {
+        "canary passed": "stage=bake",
+        "promote refused at preflight": "stage=bake",
+        "promote failed": "stage=promote",
+        "promoted": "stage=canary",
+    }.get(name, "stage=canary")
+    assert expected in decision.next, (name, decision.next)
+
+
 # -- nodes -----------------------------------------------------------------------------------------
 
 

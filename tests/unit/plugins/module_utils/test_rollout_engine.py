@@ -735,6 +735,37 @@ def test_rollback_releases_a_node_halted_before_the_change_without_running_a_ste
     assert again["changed"] is False
 
 
+def test_a_rollback_starts_with_the_failed_node_that_holds_the_budget_not_behind_the_canary():
+    """A promotion halted at a node (cordoned, failed at the changing step) with a budget of 1: its rollback, the
+    canary first, must not wait for a slot the failed node holds itself (issue 16, MOFED promote then rollback)."""
+    new, old = "24.10-1.0.0.0", "24.07-0.6.1.0"
+    nodes = [make_node(f"gpu-worker-{i}") for i in range(1, 5)]
+    forward = settings(target=new, max_unavailable=1, max_parallel=1, changing_step="reload")
+    cluster = MemoryCluster(nodes, settings=forward)
+    failing = StepLog(fail_on={"gpu-worker-2": "reload"})
+    with pytest.raises(RolloutHaltedError):
+        run(cluster, ["gpu-worker-2"], [failing.step("evict"), failing.step("reload")])
+    assert cluster.cordoned("gpu-worker-2")
+
+    back = settings(
+        target=old,
+        max_unavailable=1,
+        max_parallel=1,
+        changing_step="reload",
+        undo_other_targets=True,
+        canary_nodes=("gpu-worker-1",),
+    )
+    cluster.settings = back
+    log = StepLog()
+    targets = [f"gpu-worker-{i}" for i in range(1, 5)]
+    plan = run(cluster, targets, [log.step("evict"), log.step("reload")], check_mode=True)["plan"]
+    assert plan["starts_now"] == ["gpu-worker-2"], plan
+    result = run(cluster, targets, [log.step("evict"), log.step("reload")])
+    assert result["halted"] is False, result
+    assert not any(cluster.cordoned(name) for name in targets)
+    assert next(call for call in log.calls if call[1] == "reload")[0] == "gpu-worker-2"
+
+
 def test_changing_step_must_be_one_of_the_steps():
     with pytest.raises(InvalidInputError, match="changing_step"):
         build_plan(
