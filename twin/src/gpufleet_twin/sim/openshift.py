@@ -320,7 +320,7 @@ class OpenShiftPlatform:
         if roles is None or bindings is None:
             return
         read = ["get", "list", "watch"]
-        role = {
+        role: dict[str, Any] = {
             "apiVersion": f"{group}/v1",
             "kind": "Role",
             "metadata": {"name": "shared-resource-viewer", "namespace": DTK_NAMESPACE},
@@ -334,7 +334,7 @@ class OpenShiftPlatform:
                 {"verbs": ["get"], "apiGroups": ["", IMAGE_GROUP], "resources": ["imagestreams/layers"]},
             ],
         }
-        binding = {
+        binding: dict[str, Any] = {
             "apiVersion": f"{group}/v1",
             "kind": "RoleBinding",
             "metadata": {"name": "shared-resource-viewers", "namespace": DTK_NAMESPACE},
