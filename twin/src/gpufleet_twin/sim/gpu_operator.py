@@ -1510,6 +1510,10 @@ class GpuOperator:
 
     def _plan_operand(self, app: str, health: NodeHealth) -> PodPlan:
         now = self.twin.clock.now()
+        failure = self.sim.validator_failures.get(health.name) if app == VALIDATOR_APP else None
+        if failure:
+            # Fault validator_fails: the validation container exits with what it printed.
+            return PodPlan(outcome="crashloop", start_after=self.timings.validator_run, message=failure, reason="Error")
         run_time = self.timings.validator_run if app == VALIDATOR_APP else self.timings.operand_start
         if health.driver_version is not None:
             wait = 0.0
@@ -1552,6 +1556,10 @@ class GpuOperator:
         """Logs of the driver container (the rest falls through to the default providers)."""
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
+        if meta.get("namespace") == self.namespace and labels.get("app") == VALIDATOR_APP and health is not None:
+            failure = self.sim.validator_failures.get(health.name)
+            if failure:
+                return "running command chroot with args [/run/nvidia/driver nvidia-smi]\n" + failure + "\n"
         if meta.get("namespace") != self.namespace or labels.get(COMPONENT_LABEL) != DRIVER_COMPONENT:
             return None
         if container not in (None, "nvidia-driver-ctr"):
