@@ -179,6 +179,7 @@ def render_doc_tables() -> str:
     out += ["", "### Steps per playbook, stage and component group", ""]
     out += ["| Playbook | Stage | Group | Steps |", "| --- | --- | --- | --- |"]
     out.append(f"| audit.yml | | | {', '.join(table.steps_for(playbook='audit'))} |")
+    out.append(f"| diagnose.yml | | | {', '.join(table.steps_for(playbook='diagnose'))} |")
     for group in table.GROUPS:
         for stage in table.STAGES:
             steps = table.steps_for(playbook="upgrade", stage=stage, group=group)
