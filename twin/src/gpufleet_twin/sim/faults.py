@@ -19,7 +19,8 @@ at simulated time ``at`` (seconds after the cluster was populated):
 - ``mofed_build_fails`` {kernel}: no MOFED driver builds for that kernel (MOFED pods crash-loop).
 - ``machine_config_fails`` {node, reason?}: the node's next MachineConfig update fails (state Degraded).
 - ``validator_fails`` {node, message?}: the GPU Operator's validator pods started on the node from now on
-  crash-loop, printing ``message`` (the driver validation fails), so a driver upgrade stays in validation-required.
+  crash-loop, printing ``message`` (the driver validation fails): a driver upgrade waits in validation-required
+  for the controller's 600 s, goes upgrade-failed, and heals from there once its driver pod is Ready, as upstream.
 - ``node_step_failures`` {fraction, seed?, steps?, nodes?}: each node step (``driver_build``, ``mofed_build``,
   ``reboot``, ``machine_config``) fails with probability ``fraction``: the driver or MOFED version does not
   build on that node (its pod crash-loops), the node does not come back from that reboot, the MachineConfig
