@@ -180,6 +180,7 @@ def render_doc_tables() -> str:
     out += ["| Playbook | Stage | Group | Steps |", "| --- | --- | --- | --- |"]
     out.append(f"| audit.yml | | | {', '.join(table.steps_for(playbook='audit'))} |")
     out.append(f"| rehearse.yml | | | {', '.join(table.steps_for(playbook='rehearse'))} |")
+    out.append(f"| diagnose.yml | | | {', '.join(table.steps_for(playbook='diagnose'))} |")
     for group in table.GROUPS:
         for stage in table.STAGES:
             steps = table.steps_for(playbook="upgrade", stage=stage, group=group)

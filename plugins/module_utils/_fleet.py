@@ -20,8 +20,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html impo
 SUMMARY_KIND = "gpufleet.upgrade/fleet-summary"
 SUMMARY_VERSION = 1
 # Outcomes that make the fleet run fail (and its exit status non-zero).
-FAILED_OUTCOMES = ("failed", "refused", "drift", "unreachable")
-OUTCOMES = ("success", "unchanged", "drift", "failed", "refused", "unreachable", "skipped")
+FAILED_OUTCOMES = ("failed", "refused", "drift", "unreachable", "stuck")
+# "stuck": playbooks/diagnose.yml found a node that does not move in an upgrade.
+OUTCOMES = ("success", "unchanged", "drift", "failed", "refused", "unreachable", "skipped", "stuck")
 # A cluster's name goes into file names: letters, digits, '.', '_' and '-', as Kubernetes object names allow.
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})$")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

@@ -39,11 +39,11 @@ NAMESPACE_KEYS = (LEDGER, GPU_OPERATOR, NETWORK_OPERATOR, SRIOV_OPERATOR, NODE_E
 # Namespaces that are fixed wherever the collection runs.
 FIXED_NAMESPACES = {NODE_EVENTS: "default"}
 
-PLAYBOOKS = ("audit", "upgrade", "rehearse")
+PLAYBOOKS = ("audit", "upgrade", "rehearse", "diagnose")
 STAGES = ("canary", "bake", "promote", "rollback")
 GROUPS = ("gpu_operator", "network_operator", "firmware", "openshift", "sriov_operator")
 # Optional paths a run may take; each adds the steps named in FEATURE_STEPS.
-FEATURES = ("matrix_configmap", "nvidiadriver", "rollback_on_bake_failure")
+FEATURES = ("matrix_configmap", "nvidiadriver", "rollback_on_bake_failure", "doctor_remediate")
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,16 @@ NODE_EVENTS_ROLE = "gpufleet-upgrade-node-events"
 GPU_OPERATOR_ROLE = "gpufleet-upgrade-gpu-operator"
 NETWORK_OPERATOR_ROLE = "gpufleet-upgrade-network-operator"
 SRIOV_OPERATOR_ROLE = "gpufleet-upgrade-sriov-operator"
+# The upgrade doctor (diagnose.yml): the diagnosis only reads (the audit account's roles); remediation reads the
+# same and writes a few things (the upgrade account's roles).
+DOCTOR_ROLE = "gpufleet-audit-doctor"
+DOCTOR_OPERATOR_ROLE = "gpufleet-audit-doctor-operator"
+DOCTOR_NODE_EVENTS_ROLE = "gpufleet-audit-doctor-node-events"
+DOCTOR_LEDGER_ROLE = "gpufleet-audit-doctor-ledger"
+REMEDY_ROLE = "gpufleet-upgrade-doctor"
+REMEDY_OPERATOR_ROLE = "gpufleet-upgrade-doctor-operator"
+REMEDY_NODE_EVENTS_ROLE = "gpufleet-upgrade-doctor-node-events"
+REMEDY_LEDGER_ROLE = "gpufleet-upgrade-doctor-ledger"
 
 CLUSTER_ROLES: Tuple[ClusterRoleInfo, ...] = (
     ClusterRoleInfo(AUDIT_ROLE, CLUSTER, "audit.yaml", "audit.yml: read the cluster the drift audit compares"),
@@ -125,6 +135,18 @@ CLUSTER_ROLES: Tuple[ClusterRoleInfo, ...] = (
     ClusterRoleInfo(GPU_OPERATOR_ROLE, GPU_OPERATOR, "upgrade.yaml", "upgrade.yml: the GPU Operator's OLM objects"),
     ClusterRoleInfo(NETWORK_OPERATOR_ROLE, NETWORK_OPERATOR, "upgrade.yaml", "upgrade.yml: the MOFED pods"),
     ClusterRoleInfo(SRIOV_OPERATOR_ROLE, SRIOV_OPERATOR, "upgrade.yaml", "upgrade.yml: the SR-IOV operator"),
+    ClusterRoleInfo(DOCTOR_ROLE, CLUSTER, "audit.yaml", "diagnose.yml: read the nodes, pods and policies it diagnoses"),
+    ClusterRoleInfo(
+        DOCTOR_OPERATOR_ROLE, GPU_OPERATOR, "audit.yaml", "diagnose.yml: driver DaemonSets and pod logs of the operator"
+    ),
+    ClusterRoleInfo(DOCTOR_NODE_EVENTS_ROLE, NODE_EVENTS, "audit.yaml", "diagnose.yml: Events about Nodes"),
+    ClusterRoleInfo(DOCTOR_LEDGER_ROLE, LEDGER, "audit.yaml", "diagnose.yml: the stage Lease"),
+    ClusterRoleInfo(REMEDY_ROLE, CLUSTER, "upgrade.yaml", "diagnose.yml remediation: relabel, evict, unpause"),
+    ClusterRoleInfo(
+        REMEDY_OPERATOR_ROLE, GPU_OPERATOR, "upgrade.yaml", "diagnose.yml remediation: restart a failing validator"
+    ),
+    ClusterRoleInfo(REMEDY_NODE_EVENTS_ROLE, NODE_EVENTS, "upgrade.yaml", "diagnose.yml remediation: Node Events"),
+    ClusterRoleInfo(REMEDY_LEDGER_ROLE, LEDGER, "upgrade.yaml", "diagnose.yml remediation: the Lease and the ledger"),
 )
 ROLES_BY_NAME = {info.name: info for info in CLUSTER_ROLES}
 
@@ -395,6 +417,44 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
     ),
 }
 
+
+def _doctor_reads(cluster: str, operator: str, events: str, ledger: str) -> Tuple[Grant, ...]:
+    """What the doctor's diagnosis reads (plugins/module_utils/_doctor_read.py), on the given roles."""
+    return (
+        _g(cluster, _L, "", "nodes"),
+        _g(cluster, _L, "", "pods"),
+        _g(cluster, _L, "policy", "poddisruptionbudgets"),
+        _g(cluster, _L, "nvidia.com", "clusterpolicies"),
+        _g(cluster, _L, "nvidia.com", "nvidiadrivers"),
+        _g(cluster, _L, "mellanox.com", "nicclusterpolicies"),
+        _g(cluster, _L, "machineconfiguration.openshift.io", "machineconfigpools"),
+        _g(operator, _L, "apps", "daemonsets"),
+        _g(operator, _R, "", "pods/log"),
+        _g(events, _L, "", "events"),
+        _g(ledger, _R, "coordination.k8s.io", "leases"),
+    )
+
+
+STEPS["doctor_diagnose"] = (
+    "diagnose.yml: upgrade_doctor reads with lists (nodes, policies, PDBs, pools, Node Events, the stage Lease, the "
+    "pods and log tails of the stuck nodes)",
+    _doctor_reads(DOCTOR_ROLE, DOCTOR_OPERATOR_ROLE, DOCTOR_NODE_EVENTS_ROLE, DOCTOR_LEDGER_ROLE),
+)
+STEPS["doctor_remediate"] = (
+    "diagnose.yml with doctor_remediate: the same reads, then relabel an upgrade-failed node, evict the pods the "
+    "user's selector names, restart a failing validator once, unpause a pool this collection paused; each recorded "
+    "as a Node Event and a ledger entry",
+    (
+        *_doctor_reads(REMEDY_ROLE, REMEDY_OPERATOR_ROLE, REMEDY_NODE_EVENTS_ROLE, REMEDY_LEDGER_ROLE),
+        _g(REMEDY_ROLE, ("get", "patch"), "", "nodes"),
+        _g(REMEDY_ROLE, ("create",), "", "pods/eviction"),
+        _g(REMEDY_ROLE, ("get", "patch"), "machineconfiguration.openshift.io", "machineconfigpools"),
+        _g(REMEDY_OPERATOR_ROLE, ("get", "delete"), "", "pods"),
+        _g(REMEDY_NODE_EVENTS_ROLE, ("create",), "", "events"),
+        _g(REMEDY_LEDGER_ROLE, ("get", "create", "update"), "", "configmaps"),
+    ),
+)
+
 # Every stage of upgrade.yml plans, takes the Lease and records (a refused or failed one too).
 _UPGRADE_FRAME = ("upgrade_plan", "upgrade_lease", "upgrade_record")
 _VALIDATE = ("validate_gates",)
@@ -442,6 +502,7 @@ COMPONENT_STEPS: Dict[str, Dict[str, Tuple[str, ...]]] = {
 FEATURE_STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     "matrix_configmap": {None: ("audit_matrix_configmap",)},
     "nvidiadriver": {"gpu_operator": ("gpu_operator_nvidiadriver",)},
+    "doctor_remediate": {None: ("doctor_remediate",)},
 }
 
 
@@ -456,6 +517,8 @@ def steps_for(*, playbook: str, stage: str = "", group: str = "", features: Iter
     elif playbook == "rehearse":
         # The snapshot's reads; the rehearsed stage runs against the twin, with the twin's own credentials.
         steps = ["rehearse_snapshot"]
+    elif playbook == "diagnose":
+        steps = ["doctor_diagnose"]
     elif playbook == "upgrade":
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {', '.join(STAGES)} (got {stage!r})")

@@ -38,7 +38,7 @@ options:
   results:
     description:
       - One result per cluster of this run. Keys C(cluster) (required, the inventory host name), C(outcome) (one of
-        C(success), C(unchanged), C(drift), C(failed), C(refused), C(unreachable), C(skipped)), C(message),
+        C(success), C(unchanged), C(drift), C(failed), C(refused), C(unreachable), C(skipped), C(stuck)), C(message),
         C(api_server), C(versions), C(versions_before), C(drift) (C(nodes_with_drift), C(nodes_total),
         C(components)), C(reports) (paths), C(ledger) (path) and C(finished_at).
     type: list

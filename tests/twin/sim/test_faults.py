@@ -235,6 +235,7 @@ def _state(cluster: SimCluster, node: str, faults: FaultInjector) -> dict:
         "driver_kernels": set(cluster.sim.kernels_without_driver_build),
         "mofed_kernels": set(cluster.sim.kernels_without_mofed_build),
         "mc_failures": dict(cluster.sim.machine_config_failures),
+        "validator_failures": dict(cluster.sim.validator_failures),
         "pruned_bundles": set(cluster.sim.olm_pruned_bundles),
         "pdb_annotation": (pdb["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION) if pdb else None,
         "never_allow": set(faults._never_allow),
@@ -249,6 +250,10 @@ FAULT_CASES = {
     "driver_build_fails": ({"kernel": KERNEL}, lambda s: KERNEL in s["driver_kernels"]),
     "mofed_build_fails": ({"kernel": KERNEL}, lambda s: KERNEL in s["mofed_kernels"]),
     "machine_config_fails": ({"node": "{node}"}, lambda s: bool(s["mc_failures"])),
+    "validator_fails": (
+        {"node": "{node}", "message": "failed"},
+        lambda s: list(s["validator_failures"].values()) == ["failed"],
+    ),
     "cordon": ({"node": "{node}"}, lambda s: s["cordoned"][0] is True),
     "ecc_errors": (
         {"node": "{node}", "corrected": 5, "uncorrected": 2, "xid": [48, 63]},

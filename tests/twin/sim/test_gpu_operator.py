@@ -442,6 +442,44 @@ def test_driver_without_a_build_for_the_kernel_fails_and_holds_the_rollout(run) 
     assert cluster.policy()["status"]["state"] == "notReady"
 
 
+def test_a_gpu_consumer_without_a_request_keeps_the_old_driver_in_use(run) -> None:
+    """A runtimeClass-only pod is not evicted by the controller and holds the module: the new driver pod cannot
+    unload it (gpu-operator issues 2509, 2570); a node without such a pod upgrades."""
+    cluster = make_cluster(workers=2, workloads=False)
+    holder = {
+        "metadata": {"name": "rc-holder", "namespace": "ml"},
+        "spec": {
+            "nodeName": "gpu-worker-001",
+            "runtimeClassName": "nvidia",
+            "containers": [{"name": "main", "image": "registry.example/app:1"}],
+        },
+    }
+    cluster.store.create(cluster.kinds.pod, holder, namespace="ml")
+
+    async def scenario(cluster: Cluster) -> None:
+        await settled(cluster)
+        cluster.patch_policy(set_upgrade_policy(maxParallelUpgrades=2, maxUnavailable="100%"))
+        cluster.patch_policy(set_driver_version(NEW_DRIVER))
+
+        def crash_looping() -> bool:
+            pod = cluster.driver_pods().get("gpu-worker-001") or {}
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            return bool(statuses) and statuses[0].get("restartCount", 0) >= 1
+
+        await until(crash_looping, what="the held node's new driver pod to crash", real_seconds=20)
+        await until(
+            lambda: cluster.state_of("gpu-worker-002") == um.STATE_DONE, what="the free node to finish", real_seconds=20
+        )
+
+    run(cluster, scenario)
+    assert cluster.operator.driver_held_by("gpu-worker-001") == ["ml/rc-holder"]
+    assert cluster.operator.driver_held_by("gpu-worker-002") == []
+    status = cluster.driver_pods()["gpu-worker-001"]["status"]["containerStatuses"][0]
+    assert status["lastState"]["terminated"]["message"] == gop.DRIVER_IN_USE
+    assert cluster.sim.nodes["gpu-worker-001"].driver_version == OLD_DRIVER  # the old module stays loaded
+    assert cluster.sim.nodes["gpu-worker-002"].driver_version == NEW_DRIVER
+
+
 def test_max_unavailable_counts_a_node_cordoned_beforehand(run) -> None:
     # 4 nodes, maxUnavailable 50% = 2, no parallel limit; gpu-worker-004 was cordoned by hand.
     cluster = make_cluster(workers=4, cordoned=(3,), workloads=False)

@@ -31,7 +31,7 @@ from .cluster import Twin
 from .redfish import service as bmc_service
 from .server import ApiServer, create_twin, install_crds, load_crd_manifests, own_crds_directory
 from .serviceaccount_tokens import StaticTokens
-from .sim.build import install_garbage_collector
+from .sim.build import install_garbage_collector, install_request_recorder
 from .sim.build import populate as populate_simulation
 
 log = logging.getLogger("gpufleet_twin")
@@ -120,6 +120,7 @@ async def serve(options: argparse.Namespace) -> int:
     if options.bare:
         seed_bare_cluster(twin)
         install_garbage_collector(twin)
+        install_request_recorder(twin)
     else:
         populate_simulation(twin, _simulation_options(options))
         bmc_service.install(

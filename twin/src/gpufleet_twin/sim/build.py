@@ -176,6 +176,15 @@ def install_garbage_collector(twin: Twin) -> GarbageCollector:
     return collector
 
 
+def install_request_recorder(twin: Twin) -> Recorder:
+    """The request recorder alone (``--bare``): ``GET /admin/report`` counts what the API served, so a benchmark of
+    a client's reads can count them on an API-only cluster whose objects no controller changes."""
+    recorder = Recorder(twin=twin, kinds=Kinds.from_registry(twin.registry))
+    twin.after_request.append(recorder.after_request)
+    twin.routes.extend(recorder.routes())
+    return recorder
+
+
 def populate(twin: Twin, options: dict[str, Any]) -> None:
     """Build the simulated cluster into ``twin`` from the CLI options.
 

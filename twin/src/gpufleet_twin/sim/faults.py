@@ -18,6 +18,9 @@ at simulated time ``at`` (seconds after the cluster was populated):
 - ``pdb_never_allows`` {namespace, name}: that PDB never allows an eviction.
 - ``mofed_build_fails`` {kernel}: no MOFED driver builds for that kernel (MOFED pods crash-loop).
 - ``machine_config_fails`` {node, reason?}: the node's next MachineConfig update fails (state Degraded).
+- ``validator_fails`` {node, message?}: the GPU Operator's validator pods started on the node from now on
+  crash-loop, printing ``message`` (the driver validation fails): a driver upgrade waits in validation-required
+  for the controller's 600 s, goes upgrade-failed, and heals from there once its driver pod is Ready, as upstream.
 - ``node_step_failures`` {fraction, seed?, steps?, nodes?}: each node step (``driver_build``, ``mofed_build``,
   ``reboot``, ``machine_config``) fails with probability ``fraction``: the driver or MOFED version does not
   build on that node (its pod crash-loops), the node does not come back from that reboot, the MachineConfig
@@ -87,9 +90,13 @@ NODE_FAULTS = frozenset(
         "machine_config_fails",
         "node_step_failures",
         "olm_bundle_pruned",
+        "validator_fails",
     }
 )
 NODE_STEPS = ("driver_build", "mofed_build", "reboot", "machine_config")
+VALIDATOR_FAILURE = (
+    "driver validation failed: nvidia-smi: Unable to determine the device handle for GPU0: Unknown Error"
+)
 REQUEST_FAULTS = frozenset({"api_errors", "slow", "conflict"})
 _MESSAGES = {
     500: ("InternalError", "Internal error occurred: the server encountered a temporary problem (injected fault)"),
@@ -477,6 +484,17 @@ class FaultInjector:
             def restore(name: str = name) -> None:
                 if not self._held_by_another(fault, node=name):
                     self._sim.machine_config_failures.pop(name, None)
+
+            fault.undo.append(restore)
+
+    def _apply_validator_fails(self, fault: Fault) -> None:
+        message = str(fault.params.get("message") or VALIDATOR_FAILURE)
+        for name in self._node_names(fault):
+            self._sim.validator_failures[name] = message
+
+            def restore(name: str = name) -> None:
+                if not self._held_by_another(fault, node=name):
+                    self._sim.validator_failures.pop(name, None)
 
             fault.undo.append(restore)
 

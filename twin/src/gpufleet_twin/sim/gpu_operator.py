@@ -108,6 +108,8 @@ LAST_APPLIED_HASH = "nvidia.com/last-applied-hash"
 DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED_FOR_DRIVER_UPGRADE = "paused-for-driver-upgrade"
 VALIDATOR_APP = "nvidia-operator-validator"
+# What the driver container prints when rmmod fails (gpu-operator issue 2509).
+DRIVER_IN_USE = "Could not unload NVIDIA driver kernel modules, driver is in use"
 # Nodes whose next step depends on their driver pod (the upgrade controller looks again when it changes).
 _WAITING_ON_DRIVER_POD = frozenset({um.STATE_UNKNOWN, um.STATE_POD_RESTART_REQUIRED, um.STATE_FAILED})
 # Real-time pacing of the operator's passes (see GpuOperator.run).
@@ -1439,6 +1441,15 @@ class GpuOperator:
         uid = pod["metadata"].get("uid", "")
         version = _driver_version_of_pod(pod)
         now = self.twin.clock.now()
+        if self._driver_stays_in_use(health, version):
+            # The old module is still loaded: the new container cannot unload it and exits (driver is in use).
+            self._driver_eta[health.name] = (uid, None)
+            return PodPlan(
+                outcome="crashloop",
+                start_after=self.timings.driver_build_failure,
+                message=DRIVER_IN_USE,
+                reason="Error",
+            )
         if not self.sim.driver_builds_for(version, health.kernel, node_name=health.name):
             self._driver_eta[health.name] = (uid, None)
             message = _build_failure_message(
@@ -1468,6 +1479,8 @@ class GpuOperator:
             # The driver container unloads the kernel modules when it stops.
             if self._loaded_by.get(node_name) == uid:
                 del self._loaded_by[node_name]
+                if self.driver_held_by(node_name):
+                    return  # rmmod fails while a process holds /dev/nvidia*: the module stays loaded
                 self.sim.nodes[node_name].driver_version = None
 
         return PodPlan(outcome="ready", start_after=delay, on_ready=loaded, on_stop=unloaded)
@@ -1482,8 +1495,40 @@ class GpuOperator:
             seconds = -1.0
         return seconds if seconds >= 0 else None
 
+    def driver_held_by(self, node_name: str) -> list[str]:
+        """Pods that use the node's GPUs without requesting ``nvidia.com/gpu`` (the ``nvidia`` runtimeClass alone, a
+        hostPath mount of ``/dev/nvidia*``): the upgrade controller does not evict them and the kernel module cannot
+        be unloaded while they run (gpu-operator issues 2509, 2570)."""
+        held = []
+        for pod in self.index.pods_on(node_name):
+            meta = pod["metadata"]
+            spec = pod.get("spec") or {}
+            if meta.get("namespace") == self.namespace or podutil.is_terminating(pod) or um.requests_gpu(pod):
+                continue
+            if podutil.phase_of(pod) in ("Succeeded", "Failed"):
+                continue
+            device_mount = any(
+                str((volume.get("hostPath") or {}).get("path") or "").startswith("/dev/nvidia")
+                for volume in spec.get("volumes") or ()
+            )
+            if "nvidia" in str(spec.get("runtimeClassName") or "") or device_mount:
+                held.append(f"{meta.get('namespace')}/{meta['name']}")
+        return held
+
+    def _driver_stays_in_use(self, health: NodeHealth, version: str) -> bool:
+        """An older module no driver pod owns any more is still loaded and held by a pod (see driver_held_by)."""
+        return (
+            health.driver_version not in (None, version)
+            and self._loaded_by.get(health.name) is None
+            and bool(self.driver_held_by(health.name))
+        )
+
     def _plan_operand(self, app: str, health: NodeHealth) -> PodPlan:
         now = self.twin.clock.now()
+        failure = self.sim.validator_failures.get(health.name) if app == VALIDATOR_APP else None
+        if failure:
+            # Fault validator_fails: the validation container exits with what it printed.
+            return PodPlan(outcome="crashloop", start_after=self.timings.validator_run, message=failure, reason="Error")
         run_time = self.timings.validator_run if app == VALIDATOR_APP else self.timings.operand_start
         if health.driver_version is not None:
             wait = 0.0
@@ -1526,6 +1571,10 @@ class GpuOperator:
         """Logs of the driver container (the rest falls through to the default providers)."""
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
+        if meta.get("namespace") == self.namespace and labels.get("app") == VALIDATOR_APP and health is not None:
+            failure = self.sim.validator_failures.get(health.name)
+            if failure:
+                return "running command chroot with args [/run/nvidia/driver nvidia-smi]\n" + failure + "\n"
         if meta.get("namespace") != self.namespace or labels.get(COMPONENT_LABEL) != DRIVER_COMPONENT:
             return None
         if container not in (None, "nvidia-driver-ctr"):
@@ -1537,7 +1586,9 @@ class GpuOperator:
             f"Unpacking the NVIDIA driver {version} package",
             f"Installing NVIDIA driver version {version} for Linux kernel version {kernel}",
         ]
-        if health is not None and not self.sim.driver_builds_for(version, kernel, node_name=health.name):
+        if health is not None and self._driver_stays_in_use(health, version):
+            lines += ["Unloading NVIDIA driver kernel modules...", DRIVER_IN_USE]
+        elif health is not None and not self.sim.driver_builds_for(version, kernel, node_name=health.name):
             lines += [
                 _build_failure_message(version=version, kernel=kernel, openshift=self.profile == "openshift"),
                 "Unloading NVIDIA driver kernel modules...",
@@ -1582,7 +1633,12 @@ class GpuOperator:
                 continue
             del self._pauses[node_name]
             health = self.sim.nodes.get(node_name)
-            if health is not None and self._loaded_by.get(node_name) is None and health.driver_version is not None:
+            if (
+                health is not None
+                and self._loaded_by.get(node_name) is None
+                and health.driver_version is not None
+                and not self.driver_held_by(node_name)
+            ):
                 # uninstall_driver: the old module goes before the new one is built.
                 health.driver_version = None
             self._restore_operands(node_name, pause.paused_labels)

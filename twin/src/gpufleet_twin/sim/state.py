@@ -128,6 +128,8 @@ class SimState:
     olm_pruned_bundles: set[tuple[str, str]] = field(default_factory=set)
     # Nodes whose next machine-config update fails (fault ``machine_config_fails``): node -> reason.
     machine_config_failures: dict[str, str] = field(default_factory=dict)
+    # Nodes whose GPU Operator validator pods fail (fault ``validator_fails``): node -> the line the validator prints.
+    validator_failures: dict[str, str] = field(default_factory=dict)
     # Per-node steps drawn to fail at random (fault ``node_step_failures``): each is called with
     # (node, step, key) and says whether that step fails; see ``step_fails``.
     step_failure_draws: list[Callable[[str, str, str], bool]] = field(default_factory=list)

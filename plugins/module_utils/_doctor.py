@@ -1,0 +1,1189 @@
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: Contributors to the gpufleet.upgrade project
+"""The upgrade doctor: why a node does not move, and what would move it (collection-internal, pure).
+
+Plain API objects in (``ClusterView``, read by ``_doctor_read``), findings out.
+A node is *stuck* when it is not at rest in an upgrade this collection knows:
+the GPU Operator's or Network Operator's driver state label (k8s-operator-libs
+``pkg/upgrade``), a driver pod out of date while the controller will not move
+it, a GPU node outside every driver selection, a MachineConfigPool that holds
+its update, or a hold this collection left. Each finding names one cause from
+``CAUSES`` (docs/doctor.md lists them with their upstream sources), the
+evidence (objects named), how long the node has been in its state on the API
+server's clock, the remedy a person applies, and, where the doctor may apply it
+itself, the remediation it would take (``_doctor_remedy``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
+    MULTUS_NETWORKS_ANNOTATION,
+    label_selector_matches,
+    pdbs_covering_pod,
+    pod_controller,
+    pod_key,
+    pod_requests_gpu,
+    pod_uses_secondary_network,
+    selector_object_matches,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import is_expired, parse_lease
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
+    gpu_operator_slots_from_nodes,
+    node_is_unschedulable,
+    node_name,
+    node_ready_status,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
+
+GPU = "gpu"
+OFED = "ofed"
+COMPONENTS = {GPU: "gpu-driver", OFED: "ofed-driver"}
+STATE_LABEL = "nvidia.com/{}-driver-upgrade-state"
+SKIP_LABEL = "nvidia.com/{}-driver-upgrade.skip"
+WAIT_START_ANNOTATION = "nvidia.com/{}-driver-upgrade-wait-for-pod-completion-start-time"
+VALIDATION_START_ANNOTATION = "nvidia.com/{}-driver-upgrade-validation-start-time"
+EVENT_REASON = "{}DriverUpgrade"  # GPUDriverUpgrade, OFEDDriverUpgrade
+# This collection's own marks (_gpu_driver_scope, _ofed_plan): a skip label it set for a canary carries these.
+HOLD_ANNOTATIONS = {GPU: "gpufleet.io/gpu-driver-upgrade-hold", OFED: "gpufleet.io/ofed-upgrade-hold"}
+PAUSED_AT_ANNOTATION = "gpufleet.io/paused-at"  # _openshift_mcp: a pool this collection paused
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
+DRIVER_POD_LABEL = ("app.kubernetes.io/component", "nvidia-driver")
+VALIDATOR_APP = "nvidia-operator-validator"
+OFED_POD_LABEL = ("nvidia.com/ofed-driver", "")
+MCO_STATE = "machineconfiguration.openshift.io/state"
+MCO_REASON = "machineconfiguration.openshift.io/reason"
+MCO_CURRENT = "machineconfiguration.openshift.io/currentConfig"
+MCO_DESIRED = "machineconfiguration.openshift.io/desiredConfig"
+AT_REST = ("", "upgrade-done")
+# Beyond upgrade-required the node needs its pods looked at (_doctor_read reads them for these nodes only).
+STATES_NEEDING_PODS = (
+    "wait-for-jobs-required",
+    "pod-deletion-required",
+    "drain-required",
+    "pod-restart-required",
+    "validation-required",
+    "upgrade-failed",
+)
+# k8s-operator-libs isDriverPodFailing: a container not Ready that restarted more than 10 times.
+DRIVER_RESTART_LIMIT = 10
+# OpenShift rotates the kubelet client CA at 292 days and drops the old one at 365: a paused pool holds the new one.
+CA_ROTATION_WARN_SECONDS = 24 * 3600
+# Where Go's and the drivers' logs say what failed.
+_FAILED_LINE = re.compile(r"(error|fail|cannot|could not|unable|not found|no such|timed out|in use)", re.IGNORECASE)
+_NVIDIA_DEVICE_PATH = re.compile(r"^/dev/nvidia")
+
+# The causes the doctor names: id -> (title, remedy a person applies). docs/doctor.md has the evidence and sources.
+CAUSES: Dict[str, Tuple[str, str]] = {
+    "budget_used_by_unavailable": (
+        "the GPU Operator's maxUnavailable is used up by nodes that are cordoned or NotReady",
+        "uncordon or repair the named nodes, or raise upgradePolicy.maxUnavailable",
+    ),
+    "slot_held_by_failed": (
+        "maxParallelUpgrades slots are held by upgrade-failed nodes",
+        "fix each upgrade-failed node's cause, then relabel it upgrade-required (or let it heal)",
+    ),
+    "waiting_for_slot": (
+        "every upgrade slot is taken by nodes still upgrading",
+        "nothing: it starts when a named node finishes; look at those nodes if they do not",
+    ),
+    "auto_upgrade_disabled": (
+        "upgradePolicy.autoUpgrade is false: the controller moves no node",
+        "set upgradePolicy.autoUpgrade true, or replace the driver pods yourself",
+    ),
+    "skip_label": (
+        "the node carries the upgrade skip label",
+        "remove the label when the node may be upgraded",
+    ),
+    "held_by_canary": (
+        "this collection holds the node back for its canary (skip label with its hold annotation)",
+        "run the promote or rollback stage of playbooks/upgrade.yml",
+    ),
+    "outside_selection": (
+        "no driver DaemonSet selects the node (NVIDIADriver nodeSelector or the node's deploy labels)",
+        "label the node for a driver pool, or widen the NVIDIADriver nodeSelector",
+    ),
+    "driver_daemonset_unscheduled": (
+        "a driver DaemonSet has fewer pods than nodes it should run on: the controller stops every upgrade",
+        "make the named DaemonSet schedule on every node it targets (NotReady or tainted nodes)",
+    ),
+    "pdb_blocks_eviction": (
+        "a PodDisruptionBudget refuses the eviction of a pod that must leave",
+        "scale the workload up or relax the PDB (the doctor never deletes a PDB)",
+    ),
+    "drain_refused": (
+        "a pod that must leave cannot be evicted (no controller, emptyDir data, or a DaemonSet pod using GPUs)",
+        "delete or move the named pod, or set force/deleteEmptyDir in the upgrade policy",
+    ),
+    "waiting_for_jobs": (
+        "waitForCompletion waits for the named Jobs' pods to finish",
+        "let the Jobs finish, or set waitForCompletion.timeoutSeconds",
+    ),
+    "gpu_consumers_without_request": (
+        "pods use the GPUs without requesting nvidia.com/gpu, so the controller does not evict them and the driver "
+        "stays in use",
+        "remove the named pods from the node (the doctor evicts them when they match remediate_pod_selector)",
+    ),
+    "driver_pod_crashloop": (
+        "the new driver pod crash-loops",
+        "fix what its last message says (kernel headers, driver toolkit image, image pull), then delete the pod",
+    ),
+    "validator_failing": (
+        "the operator validator on the node does not become Ready",
+        "fix what the validator's log says; the doctor may restart a failing validator pod once",
+    ),
+    "validator_missing": (
+        "no validator pod runs on the node, so validation never starts its timeout",
+        "check the validator DaemonSet's node selector and the node's nvidia.com/gpu.deploy.operator-validator label",
+    ),
+    "node_not_ready": (
+        "the node is NotReady",
+        "repair the node (kubelet, network, power); the upgrade continues when it is Ready",
+    ),
+    "ofed_secondary_network_pods": (
+        "pods on secondary networks keep the MOFED driver from reloading without cutting their network",
+        "move the named pods off the node first (the doctor evicts them when they match remediate_pod_selector)",
+    ),
+    "mcp_paused": (
+        "the node's MachineConfigPool is paused, so its update waits",
+        "unpause the pool when its update may go on",
+    ),
+    "mcp_degraded": (
+        "the MachineConfigPool is degraded on this node",
+        "fix the machine-config daemon's reason on the node, then let the pool go on",
+    ),
+    "rollout_interrupted": (
+        "a run of this collection stopped before its end (its Lease expired)",
+        "run the same stage again: it resumes from the ledger and the cluster",
+    ),
+    "upgrade_failed": (
+        "the upgrade controller marked the node upgrade-failed; no cause is visible any more",
+        "relabel the node upgrade-required (the doctor does so with remediate)",
+    ),
+    "unknown": (
+        "no cause the doctor knows",
+        "read the node's Events and the operator's log",
+    ),
+}
+
+
+@dataclass
+class ClusterView:
+    """What ``_doctor_read`` read: plain API objects, and the API server's clock."""
+
+    now: datetime.datetime
+    nodes: List[Dict[str, Any]]
+    cluster_policy: Optional[Dict[str, Any]] = None
+    nvidia_drivers: List[Dict[str, Any]] = field(default_factory=list)
+    nic_cluster_policy: Optional[Dict[str, Any]] = None
+    # Driver pods of the GPU Operator (and MOFED pods of the Network Operator), every node.
+    driver_pods: List[Dict[str, Any]] = field(default_factory=list)
+    ofed_pods: List[Dict[str, Any]] = field(default_factory=list)
+    driver_daemonsets: List[Dict[str, Any]] = field(default_factory=list)
+    # Every pod of the nodes in STATES_NEEDING_PODS, by node.
+    pods_by_node: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)
+    pdbs: List[Dict[str, Any]] = field(default_factory=list)
+    # Events about Nodes (namespace default), newest last.
+    node_events: List[Dict[str, Any]] = field(default_factory=list)
+    machine_config_pools: List[Dict[str, Any]] = field(default_factory=list)
+    lease: Optional[Dict[str, Any]] = None
+    # (namespace, pod) -> the tail of its log, for the pods ``logs_wanted`` named.
+    logs: Dict[Tuple[str, str], str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Remediation:
+    """One action of the fixed list ``_doctor_remedy`` may take for a finding."""
+
+    action: str  # relabel_upgrade_required | evict_pods | restart_validator | unpause_pool | clear_hold
+    node: str
+    target: Dict[str, Any]
+    description: str
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"action": self.action, "node": self.node, "target": dict(self.target), "description": self.description}
+
+
+@dataclass
+class Finding:
+    node: str
+    component: str
+    state: str
+    cause: str
+    detail: str
+    evidence: Dict[str, Any] = field(default_factory=dict)
+    since: Optional[datetime.datetime] = None
+    seconds_in_state: Optional[int] = None
+    remediation: Optional[Remediation] = None
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def remedy(self) -> str:
+        return CAUSES[self.cause][1]
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "node": self.node,
+            "component": self.component,
+            "state": self.state,
+            "cause": self.cause,
+            "cause_title": CAUSES[self.cause][0],
+            "detail": self.detail,
+            "evidence": self.evidence,
+            "since": iso(self.since) if self.since else None,
+            "seconds_in_state": self.seconds_in_state,
+            "in_state_for": human_duration(self.seconds_in_state),
+            "remedy": self.remedy,
+            "remediation": self.remediation.as_dict() if self.remediation else None,
+            "warnings": list(self.warnings),
+        }
+
+
+def human_duration(seconds: Optional[int]) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 3 * 86400:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d{(seconds % 86400) // 3600:02d}h"
+
+
+# -- small readers ---------------------------------------------------------------------------------------------
+def _labels(obj: Mapping[str, Any]) -> Dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _annotations(obj: Mapping[str, Any]) -> Dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _spec(obj: Optional[Mapping[str, Any]], *path: str) -> Dict[str, Any]:
+    current: Any = (obj or {}).get("spec") or {}
+    for key in path:
+        current = current.get(key) if isinstance(current, Mapping) else None
+    return dict(current) if isinstance(current, Mapping) else {}
+
+
+def node_state(node: Mapping[str, Any], component: str) -> str:
+    return _labels(node).get(STATE_LABEL.format(component), "")
+
+
+def pod_node(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _unix_annotation(node: Mapping[str, Any], key: str) -> Optional[datetime.datetime]:
+    value = _annotations(node).get(key)
+    try:
+        return datetime.datetime.fromtimestamp(int(str(value)), tz=datetime.timezone.utc) if value else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _ready_since(node: Mapping[str, Any]) -> Optional[datetime.datetime]:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+def _cordoned_since(node: Mapping[str, Any]) -> Optional[datetime.datetime]:
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("key") == "node.kubernetes.io/unschedulable":
+            return parse_time(taint.get("timeAdded"))
+    return None
+
+
+def node_is_not_ready(node: Mapping[str, Any]) -> bool:
+    """Upstream's reading: a Ready condition that exists and is not True (no condition counts as ready)."""
+    return node_ready_status(node) not in ("True", "")
+
+
+def upgrade_policy(view: ClusterView, component: str) -> Dict[str, Any]:
+    if component == OFED:
+        return _spec(view.nic_cluster_policy, "ofedDriver", "upgradePolicy")
+    return _spec(view.cluster_policy, "driver", "upgradePolicy")
+
+
+def _container_problem(pod: Mapping[str, Any]) -> Tuple[int, str, str]:
+    """(highest restartCount of a container not Ready, its waiting reason, its last message) of a pod."""
+    worst = (0, "", "")
+    status = pod.get("status") or {}
+    for container in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
+        if container.get("ready"):
+            continue
+        state = container.get("state") or {}
+        waiting = state.get("waiting") or {}
+        last = (container.get("lastState") or {}).get("terminated") or {}
+        terminated = state.get("terminated") or {}
+        message = str(
+            last.get("message") or terminated.get("message") or waiting.get("message") or last.get("reason") or ""
+        )
+        reason = str(waiting.get("reason") or terminated.get("reason") or "")
+        restarts = int(container.get("restartCount") or 0)
+        if (restarts, bool(message)) > (worst[0], bool(worst[2])):
+            worst = (restarts, reason, message)
+    return worst
+
+
+def failing_log_line(log: str) -> str:
+    """The last line of a log that says something failed ('' when none does)."""
+    lines = [line.strip() for line in (log or "").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if _FAILED_LINE.search(line):
+            return line[:400]
+    return ""
+
+
+def _events_for(view: ClusterView, node: str) -> List[Dict[str, Any]]:
+    return [event for event in view.node_events if (event.get("involvedObject") or {}).get("name") == node]
+
+
+def _event_time(event: Mapping[str, Any]) -> Optional[datetime.datetime]:
+    return (
+        parse_time(event.get("lastTimestamp"))
+        or parse_time(event.get("eventTime"))
+        or parse_time(event.get("firstTimestamp"))
+    )
+
+
+def state_since(view: ClusterView, node: Mapping[str, Any], component: str) -> Optional[datetime.datetime]:
+    """When the node entered its state: the controller's Event "Successfully updated node state label to <state>"
+    (k8s-operator-libs NodeUpgradeStateProvider), else the state's own start-time annotation."""
+    state = node_state(node, component)
+    reason = EVENT_REASON.format(component.upper())
+    wanted = f"state label to {state}"
+    moments = [
+        moment
+        for event in _events_for(view, node_name(node))
+        if event.get("reason") == reason
+        and str(event.get("message") or "").endswith(wanted)
+        and (moment := _event_time(event)) is not None
+    ]
+    if moments:
+        return max(moments)
+    if state == "wait-for-jobs-required":
+        return _unix_annotation(node, WAIT_START_ANNOTATION.format(component))
+    if state == "validation-required":
+        return _unix_annotation(node, VALIDATION_START_ANNOTATION.format(component))
+    return None
+
+
+def warning_events(view: ClusterView, node: str, component: str) -> List[str]:
+    reason = EVENT_REASON.format(component.upper())
+    events = [e for e in _events_for(view, node) if e.get("type") == "Warning" and e.get("reason") == reason]
+    events.sort(key=lambda e: _event_time(e) or view.now)
+    return [str(e.get("message") or "") for e in events[-3:]]
+
+
+# -- per-node causes --------------------------------------------------------------------------------------------
+def _driver_pods_by_node(pods: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    found: Dict[str, Dict[str, Any]] = {}
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        if pod_node(pod):
+            found[pod_node(pod)] = dict(pod)
+    return found
+
+
+def gpu_consumers_without_request(
+    pods: Sequence[Mapping[str, Any]], *, operator_namespaces: Sequence[str]
+) -> List[Dict[str, str]]:
+    """Pods that use the node's GPUs without asking for ``nvidia.com/gpu``: the GPU Operator's pod deletion filter
+    (gpuPodSpecFilter) leaves them, and they keep the driver loaded ("driver is in use", gpu-operator #2509/#2570).
+
+    Reads: the ``nvidia`` runtimeClass, ``NVIDIA_VISIBLE_DEVICES`` set to devices, hostPath mounts of
+    ``/dev/nvidia*``, and Dynamic Resource Allocation claims. The operators' own pods are left out.
+    """
+    found: List[Dict[str, str]] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") in operator_namespaces or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or pod_requests_gpu(pod):
+            continue
+        spec = pod.get("spec") or {}
+        how = ""
+        if "nvidia" in str(spec.get("runtimeClassName") or ""):
+            how = f"runtimeClassName {spec.get('runtimeClassName')}"
+        elif spec.get("resourceClaims"):
+            how = "Dynamic Resource Allocation claims " + ", ".join(
+                str(claim.get("name")) for claim in spec.get("resourceClaims") or []
+            )
+        else:
+            for volume in spec.get("volumes") or []:
+                path = str((volume.get("hostPath") or {}).get("path") or "")
+                if _NVIDIA_DEVICE_PATH.match(path):
+                    how = f"hostPath {path}"
+                    break
+            for container in spec.get("containers") or []:
+                for env in container.get("env") or []:
+                    value = str(env.get("value") or "")
+                    if not how and env.get("name") == "NVIDIA_VISIBLE_DEVICES" and value not in ("", "void", "none"):
+                        how = f"NVIDIA_VISIBLE_DEVICES={value}"
+        if how:
+            owner = pod_controller(pod)
+            found.append(
+                {
+                    "pod": pod_key(pod),
+                    "how": how,
+                    "owner": f"{owner.get('kind')}/{owner.get('name')}" if owner else "none",
+                }
+            )
+    return found
+
+
+def _object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _blocked_detail(blocked: Sequence[Mapping[str, Any]]) -> str:
+    first = blocked[0]
+    return f"PDB {first['pdb']} (disruptionsAllowed {first['disruptionsAllowed']}) refuses evicting {first['pod']}"
+
+
+def blocking_pdbs(pods: Sequence[Mapping[str, Any]], pdbs: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """Pods a PodDisruptionBudget would refuse to evict now (``status.disruptionsAllowed`` 0), with the PDB.
+
+    Only running pods are protected: the eviction API ignores a PDB for pods that are Pending, finished or
+    already terminating (kube-apiserver canIgnorePDB).
+    """
+    blocked: List[Dict[str, Any]] = []
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") != "Running" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        for pdb in pdbs_covering_pod(pdbs, pod):
+            status = pdb.get("status") or {}
+            allowed = int(status.get("disruptionsAllowed") or 0)
+            if allowed < 1:
+                blocked.append(
+                    {
+                        "pod": pod_key(pod),
+                        "pdb": _object_key(pdb),
+                        "disruptionsAllowed": allowed,
+                        "currentHealthy": status.get("currentHealthy"),
+                        "desiredHealthy": status.get("desiredHealthy"),
+                    }
+                )
+    return blocked
+
+
+def _pods_that_must_leave(pods: Sequence[Mapping[str, Any]], *, state: str, policy: Mapping[str, Any], component: str):
+    live = [
+        pod
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") in ("Running", "Pending")
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    if state == "pod-deletion-required" or (state == "upgrade-failed" and component == GPU):
+        return [pod for pod in live if pod_requests_gpu(pod)]
+    drain = policy.get("drain") or {}
+    selector = str(drain.get("podSelector") or "")
+    skip = f"nvidia.com/{component}-driver-upgrade-drain.skip"
+    return [
+        pod
+        for pod in live
+        if (not selector or label_selector_matches(selector, _labels(pod)))
+        and _labels(pod).get(skip) != "true"
+        and (pod_controller(pod) or {}).get("kind") != "DaemonSet"
+        and "kubernetes.io/config.mirror" not in _annotations(pod)
+    ]
+
+
+def _drain_refusals(
+    pods: Sequence[Mapping[str, Any]], *, policy: Mapping[str, Any], state: str
+) -> List[Dict[str, str]]:
+    section = policy.get("podDeletion" if state == "pod-deletion-required" else "drain") or {}
+    refused = []
+    for pod in pods:
+        owner = pod_controller(pod)
+        volumes = (pod.get("spec") or {}).get("volumes") or []
+        if owner is not None and owner.get("kind") == "DaemonSet":
+            refused.append({"pod": pod_key(pod), "why": "a DaemonSet pod requesting GPUs (never evicted)"})
+        elif any("emptyDir" in volume for volume in volumes) and not section.get("deleteEmptyDir"):
+            refused.append({"pod": pod_key(pod), "why": "emptyDir data and deleteEmptyDir is false"})
+        elif owner is None and not section.get("force"):
+            refused.append({"pod": pod_key(pod), "why": "no controller and force is false"})
+    return refused
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    operator_namespaces: Tuple[str, ...] = ("nvidia-gpu-operator", "gpu-operator", "nvidia-network-operator")
+    # Pods the user allows the doctor to evict (label selector; "" = none).
+    remediate_pod_selector: str = ""
+
+
+def diagnose(view: ClusterView, *, options: DoctorOptions = DoctorOptions()) -> Dict[str, Any]:
+    """Every stuck node with its cause; also the cluster-wide blockers (Lease, DaemonSets, pools)."""
+    findings: List[Finding] = []
+    cluster: List[Dict[str, Any]] = []
+    node_pods = [pod for pods in view.pods_by_node.values() for pod in pods]
+    drivers = _driver_pods_by_node([*view.driver_pods, *(pod for pod in node_pods if is_driver_pod(pod))])
+    ofed_pods = _driver_pods_by_node([*view.ofed_pods, *(pod for pod in node_pods if is_ofed_pod(pod))])
+    gpu_nodes = [
+        node for node in view.nodes if _labels(node).get(GPU_PRESENT_LABEL) == "true" or node_name(node) in drivers
+    ]
+
+    blocker = _daemonset_blocker(view)
+    if blocker:
+        cluster.append(blocker)
+    if view.cluster_policy is not None:
+        findings += _gpu_findings(view, gpu_nodes, drivers, blocker=bool(blocker), options=options)
+    if view.nic_cluster_policy is not None:
+        ofed_nodes = [node for node in view.nodes if node_state(node, OFED) not in AT_REST]
+        findings += _ofed_findings(view, ofed_nodes, ofed_pods, options=options)
+    findings += _mcp_findings(view)
+    interrupted = _interrupted_rollout(view)
+    if interrupted:
+        cluster.append(interrupted)
+    for finding in findings:
+        finding.seconds_in_state = (
+            int((view.now - finding.since).total_seconds()) if finding.since is not None else None
+        )
+    findings.sort(key=lambda f: (f.node, f.component))
+    return {
+        "findings": [finding.as_dict() for finding in findings],
+        "cluster": cluster,
+        "stuck_nodes": sorted({finding.node for finding in findings}),
+        "remediations": [finding.remediation for finding in findings if finding.remediation is not None],
+        "checked_at": iso(view.now),
+    }
+
+
+def logs_wanted(view: ClusterView) -> List[Tuple[str, str, str]]:
+    """(namespace, pod, container) whose log tail the diagnosis quotes: crash-looping driver pods of stuck nodes and
+    the validator pods of nodes in validation-required (the failing line)."""
+    wanted: List[Tuple[str, str, str]] = []
+    node_pods = [pod for pods in view.pods_by_node.values() for pod in pods]
+    drivers = _driver_pods_by_node([*view.driver_pods, *(pod for pod in node_pods if is_driver_pod(pod))])
+    for node in view.nodes:
+        state = node_state(node, GPU)
+        if state in AT_REST or state == "upgrade-required":
+            continue
+        pod = drivers.get(node_name(node))
+        if pod is not None and _container_problem(pod)[0] > 0:
+            meta = pod["metadata"]
+            wanted.append((meta["namespace"], meta["name"], "nvidia-driver-ctr"))
+        if state in ("validation-required", "upgrade-failed"):
+            for other in view.pods_by_node.get(node_name(node), []):
+                if _labels(other).get("app") == VALIDATOR_APP and not _pod_ready(other):
+                    meta = other["metadata"]
+                    wanted.append((meta["namespace"], meta["name"], ""))
+    return wanted
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def _daemonset_blocker(view: ClusterView) -> Optional[Dict[str, Any]]:
+    """k8s-operator-libs BuildState stops every upgrade while a driver DaemonSet's desiredNumberScheduled differs from
+    the driver pods it owns (gpu-operator #688). A NotReady node drops out of desiredNumberScheduled (the not-ready
+    NoSchedule taint) while its pod keeps running (numberMisscheduled), so one NotReady node is enough."""
+    not_ready = sorted(node_name(node) for node in view.nodes if node_is_not_ready(node))
+    for daemonset in view.driver_daemonsets:
+        name = str((daemonset.get("metadata") or {}).get("name"))
+        status = daemonset.get("status") or {}
+        desired = int(status.get("desiredNumberScheduled") or 0)
+        owned = int(status.get("currentNumberScheduled") or 0) + int(status.get("numberMisscheduled") or 0)
+        if desired != owned:
+            return {
+                "cause": "driver_daemonset_unscheduled",
+                "cause_title": CAUSES["driver_daemonset_unscheduled"][0],
+                "detail": f"driver DaemonSet {name} should run {desired} pods and owns {owned}"
+                + (f" (NotReady: {', '.join(not_ready)})" if not_ready else ""),
+                "evidence": {
+                    "daemonset": name,
+                    "desiredNumberScheduled": desired,
+                    "currentNumberScheduled": int(status.get("currentNumberScheduled") or 0),
+                    "numberMisscheduled": int(status.get("numberMisscheduled") or 0),
+                    "not_ready_nodes": not_ready,
+                },
+                "remedy": CAUSES["driver_daemonset_unscheduled"][1],
+            }
+    return None
+
+
+def _revision_in_sync(pod: Mapping[str, Any], view: ClusterView) -> Optional[bool]:
+    """Whether the pod runs its DaemonSet's current template (None when the DaemonSet is unknown)."""
+    owner = pod_controller(pod) or {}
+    for daemonset in view.driver_daemonsets:
+        if (daemonset.get("metadata") or {}).get("name") == owner.get("name"):
+            status = daemonset.get("status") or {}
+            # OnDelete DaemonSets: updatedNumberScheduled counts the pods at the current template; the pod's own
+            # generation label is the readable per-pod sign.
+            generation = str(_labels(pod).get("pod-template-generation") or "")
+            current = str((daemonset.get("metadata") or {}).get("generation") or "")
+            if generation and current:
+                return generation == current
+            return int(status.get("updatedNumberScheduled") or 0) >= int(status.get("desiredNumberScheduled") or 0)
+    return None
+
+
+def is_driver_pod(pod: Mapping[str, Any]) -> bool:
+    """A GPU Operator driver pod under any of the upgrade controller's selectors (ClusterPolicy, OpenShift DTK,
+    NVIDIADriver)."""
+    labels = _labels(pod)
+    return (
+        labels.get(DRIVER_POD_LABEL[0]) == DRIVER_POD_LABEL[1]
+        or labels.get("app") == "nvidia-driver-daemonset"
+        or labels.get("openshift.driver-toolkit") == "true"
+    )
+
+
+def is_ofed_pod(pod: Mapping[str, Any]) -> bool:
+    return OFED_POD_LABEL[0] in _labels(pod)
+
+
+def outside_selection(view: ClusterView, node: Mapping[str, Any]) -> str:
+    """Why no driver DaemonSet selects a GPU node ('' when one does, or when the node's driver is not managed)."""
+    labels = _labels(node)
+    driver = _spec(view.cluster_policy, "driver")
+    deploy = labels.get(DEPLOY_DRIVER_LABEL, "")
+    if deploy == "pre-installed" or driver.get("enabled") is False:
+        return ""
+    if driver.get("useNvidiaDriverCRD"):
+        for custom in view.nvidia_drivers:
+            selector = _spec(custom).get("nodeSelector") or {}
+            if all(labels.get(key) == value for key, value in selector.items()):
+                return ""
+        return "no NVIDIADriver's nodeSelector matches its labels"
+    if deploy in ("true", "paused-for-driver-upgrade"):
+        return ""
+    return f"nvidia.com/gpu.deploy.driver is {deploy or 'unset'} (the driver DaemonSets select true)"
+
+
+def _gpu_findings(
+    view: ClusterView,
+    gpu_nodes: Sequence[Mapping[str, Any]],
+    drivers: Mapping[str, Mapping[str, Any]],
+    *,
+    blocker: bool,
+    options: DoctorOptions,
+) -> List[Finding]:
+    component = COMPONENTS[GPU]
+    policy = upgrade_policy(view, GPU)
+    auto_upgrade = bool(policy.get("autoUpgrade", False))
+    outside = {node_name(node): outside_selection(view, node) for node in gpu_nodes}
+    hosting = [node for node in gpu_nodes if not outside[node_name(node)]]
+    slots = gpu_operator_slots_from_nodes(
+        hosting,
+        max_parallel_upgrades=int(policy.get("maxParallelUpgrades", 1) or 0),
+        max_unavailable=policy.get("maxUnavailable", "25%"),
+    )
+    states = {node_name(node): node_state(node, GPU) for node in hosting}
+    failed = sorted(name for name, state in states.items() if state == "upgrade-failed")
+    in_progress = sorted(
+        name for name, state in states.items() if state not in ("", "upgrade-done", "upgrade-required")
+    )
+    unavailable_idle = sorted(
+        node_name(node)
+        for node in hosting
+        if (node_is_unschedulable(node) or node_is_not_ready(node)) and node_name(node) not in in_progress
+    )
+    findings: List[Finding] = []
+    for node in gpu_nodes:
+        name = node_name(node)
+        state = node_state(node, GPU)
+        pod = drivers.get(name)
+        since = state_since(view, node, GPU)
+        if outside[name]:
+            selectors = [
+                {"nvidiadriver": (d.get("metadata") or {}).get("name"), "nodeSelector": _spec(d).get("nodeSelector")}
+                for d in view.nvidia_drivers
+            ]
+            findings.append(
+                Finding(
+                    node=name,
+                    component=component,
+                    state=state or "not managed",
+                    cause="outside_selection",
+                    detail=f"no driver DaemonSet selects {name}: {outside[name]}",
+                    evidence={
+                        "deploy_driver_label": _labels(node).get(DEPLOY_DRIVER_LABEL, ""),
+                        "nvidiadrivers": selectors,
+                    },
+                )
+            )
+            continue
+        if state in AT_REST:
+            if not auto_upgrade and pod is not None and _revision_in_sync(pod, view) is False:
+                findings.append(
+                    Finding(
+                        node=name,
+                        component=component,
+                        state=state or "unknown",
+                        cause="auto_upgrade_disabled",
+                        detail=f"driver pod {pod_key(pod)} runs an older template and autoUpgrade is false",
+                        evidence={"driver_pod": pod_key(pod), "autoUpgrade": False},
+                    )
+                )
+            continue
+        finding = Finding(node=name, component=component, state=state, cause="unknown", detail="", since=since)
+        if not auto_upgrade:
+            _set(finding, "auto_upgrade_disabled", "autoUpgrade is false in the ClusterPolicy", {"autoUpgrade": False})
+        elif state == "upgrade-required":
+            _upgrade_required(finding, node, slots=slots, failed=failed, in_progress=in_progress, idle=unavailable_idle)
+            if blocker and finding.cause in ("waiting_for_slot", "budget_used_by_unavailable", "slot_held_by_failed"):
+                # Whatever the slots say, the controller does not reconcile at all while the DaemonSet blocks it.
+                _set(
+                    finding, "driver_daemonset_unscheduled", "the upgrade controller stops at the driver DaemonSet", {}
+                )
+        elif pod is None:
+            _set(finding, "unknown", "no driver pod found on the node", {})
+        else:
+            _in_progress(view, finding, node, pod, policy=policy, options=options)
+        findings.append(finding)
+    return findings
+
+
+def _set(finding: Finding, cause: str, detail: str, evidence: Mapping[str, Any]) -> None:
+    finding.cause = cause
+    finding.detail = detail
+    finding.evidence.update(evidence)
+
+
+def _upgrade_required(
+    finding: Finding,
+    node: Mapping[str, Any],
+    *,
+    slots: Any,
+    failed: Sequence[str],
+    in_progress: Sequence[str],
+    idle: Sequence[str],
+) -> None:
+    labels = _labels(node)
+    if labels.get(SKIP_LABEL.format(GPU)) == "true":
+        if _annotations(node).get(HOLD_ANNOTATIONS[GPU]):
+            _set(
+                finding,
+                "held_by_canary",
+                f"skip label set by this collection ({HOLD_ANNOTATIONS[GPU]}="
+                f"{_annotations(node)[HOLD_ANNOTATIONS[GPU]]})",
+                {"label": SKIP_LABEL.format(GPU)},
+            )
+        else:
+            _set(finding, "skip_label", f"{SKIP_LABEL.format(GPU)}=true", {"label": SKIP_LABEL.format(GPU)})
+        return
+    if node_is_not_ready(node):
+        _set(finding, "node_not_ready", "the node's Ready condition is not True", {"ready": node_ready_status(node)})
+        finding.since = finding.since or _ready_since(node)
+        return
+    if node_is_unschedulable(node):
+        # Upstream lets a node cordoned by hand start without a slot: it is about to move.
+        _set(finding, "unknown", "cordoned: the controller starts it without a slot at its next reconcile", {})
+        return
+    numbers = slots.as_dict()
+    if slots.available > 0:
+        _set(finding, "waiting_for_slot", "a slot is free: the controller starts it at its next reconcile", numbers)
+        return
+    if slots.current_unavailable >= slots.max_unavailable and idle:
+        _set(
+            finding,
+            "budget_used_by_unavailable",
+            f"{slots.current_unavailable} of maxUnavailable {slots.max_unavailable} are already away: "
+            + ", ".join(idle),
+            {**numbers, "unavailable_nodes": list(idle)},
+        )
+        if failed:
+            finding.evidence["upgrade_failed_nodes"] = list(failed)
+        return
+    if failed and slots.max_parallel_upgrades and slots.in_progress >= slots.max_parallel_upgrades:
+        _set(
+            finding,
+            "slot_held_by_failed",
+            f"{len(failed)} of maxParallelUpgrades {slots.max_parallel_upgrades} slots held by upgrade-failed "
+            + ", ".join(failed),
+            {**numbers, "upgrade_failed_nodes": list(failed)},
+        )
+        return
+    _set(
+        finding,
+        "waiting_for_slot",
+        "slots taken by " + ", ".join(in_progress[:10]),
+        {**numbers, "in_progress_nodes": list(in_progress)},
+    )
+
+
+def _in_progress(
+    view: ClusterView,
+    finding: Finding,
+    node: Mapping[str, Any],
+    driver_pod: Mapping[str, Any],
+    *,
+    policy: Mapping[str, Any],
+    options: DoctorOptions,
+) -> None:
+    name = finding.node
+    state = finding.state
+    pods = view.pods_by_node.get(name, [])
+    if node_is_not_ready(node):
+        _set(finding, "node_not_ready", "the node's Ready condition is not True", {"ready": node_ready_status(node)})
+        finding.since = finding.since or _ready_since(node)
+        return
+    restarts, reason, message = _container_problem(driver_pod)
+    if restarts > 0 and state in ("pod-restart-required", "upgrade-failed"):
+        meta = driver_pod.get("metadata") or {}
+        log_line = failing_log_line(view.logs.get((str(meta.get("namespace")), str(meta.get("name"))), ""))
+        consumers = gpu_consumers_without_request(pods, operator_namespaces=options.operator_namespaces)
+        evidence: Dict[str, Any] = {
+            "driver_pod": pod_key(driver_pod),
+            "restartCount": restarts,
+            "reason": reason,
+            "last_message": message or log_line,
+        }
+        if log_line:
+            evidence["log_line"] = log_line
+        if consumers and ("in use" in (message + log_line) or not (message or log_line)):
+            evidence["pods"] = consumers
+            _set(finding, "gpu_consumers_without_request", _consumers_detail(consumers), evidence)
+            _offer_eviction(finding, consumers, options)
+            return
+        _set(
+            finding,
+            "driver_pod_crashloop",
+            f"driver pod {pod_key(driver_pod)} restarted {restarts} times: {message or log_line or reason}",
+            evidence,
+        )
+        return
+    if state == "wait-for-jobs-required":
+        selector = str((policy.get("waitForCompletion") or {}).get("podSelector") or "")
+        running = [
+            pod
+            for pod in pods
+            if selector
+            and label_selector_matches(selector, _labels(pod))
+            and (pod.get("status") or {}).get("phase") in ("Running", "Pending")
+        ]
+        jobs = sorted(
+            {
+                f"{(pod.get('metadata') or {}).get('namespace')}/{(pod_controller(pod) or {}).get('name')}"
+                for pod in running
+                if (pod_controller(pod) or {}).get("kind") == "Job"
+            }
+        )
+        timeout = int((policy.get("waitForCompletion") or {}).get("timeoutSeconds") or 0)
+        _set(
+            finding,
+            "waiting_for_jobs",
+            f"{len(running)} pods matching {selector} still run"
+            + (f" (Jobs {', '.join(jobs)})" if jobs else "")
+            + (", no timeout" if timeout == 0 else f", timeout {timeout}s"),
+            {"pod_selector": selector, "jobs": jobs, "pods": [pod_key(p) for p in running], "timeoutSeconds": timeout},
+        )
+        return
+    if state in ("pod-deletion-required", "drain-required", "upgrade-failed"):
+        leaving = _pods_that_must_leave(pods, state=state, policy=policy, component=GPU)
+        refusals = _drain_refusals(leaving, policy=policy, state=state)
+        blocked = blocking_pdbs(leaving, view.pdbs)
+        warnings = warning_events(view, name, GPU)
+        if blocked:
+            _set(
+                finding,
+                "pdb_blocks_eviction",
+                _blocked_detail(blocked),
+                {"blocked": blocked, "events": warnings},
+            )
+            return
+        if refusals:
+            _set(
+                finding,
+                "drain_refused",
+                "; ".join(f"{r['pod']}: {r['why']}" for r in refusals),
+                {"refused": refusals, "events": warnings},
+            )
+            return
+        if state != "upgrade-failed":
+            _set(finding, "unknown", f"{len(leaving)} pods still to leave", {"pods": [pod_key(p) for p in leaving]})
+            return
+    if state in ("validation-required", "upgrade-failed"):
+        validators = [pod for pod in pods if _labels(pod).get("app") == VALIDATOR_APP]
+        if state == "validation-required" and not validators:
+            _set(finding, "validator_missing", f"no {VALIDATOR_APP} pod on {name}", {})
+            return
+        failing = [pod for pod in validators if not _pod_ready(pod)]
+        if failing:
+            pod = failing[0]
+            meta = pod.get("metadata") or {}
+            line = failing_log_line(view.logs.get((str(meta.get("namespace")), str(meta.get("name"))), ""))
+            _restarts, _reason, message = _container_problem(pod)
+            _set(
+                finding,
+                "validator_failing",
+                f"validator {pod_key(pod)} is not Ready: {line or message or 'no log line says why'}",
+                {"validator_pod": pod_key(pod), "log_line": line, "last_message": message},
+            )
+            finding.remediation = Remediation(
+                action="restart_validator",
+                node=name,
+                target={"namespace": meta.get("namespace"), "pod": meta.get("name")},
+                description=f"delete validator pod {pod_key(pod)} once so its DaemonSet starts it again",
+            )
+            return
+        if state == "validation-required":
+            _set(finding, "unknown", "validators are Ready: the controller moves it at its next reconcile", {})
+            return
+    if state == "upgrade-failed":
+        _set(finding, "upgrade_failed", "no blocking pod, crash-looping driver or failing validator now", {})
+        finding.evidence["events"] = warning_events(view, name, GPU)
+        finding.remediation = Remediation(
+            action="relabel_upgrade_required",
+            node=name,
+            target={"label": STATE_LABEL.format(GPU), "from": "upgrade-failed", "to": "upgrade-required"},
+            description=f"relabel {name} {STATE_LABEL.format(GPU)}=upgrade-required (the upstream retry)",
+        )
+        return
+    if state == "pod-restart-required":
+        consumers = gpu_consumers_without_request(pods, operator_namespaces=options.operator_namespaces)
+        if consumers:
+            _set(finding, "gpu_consumers_without_request", _consumers_detail(consumers), {"pods": consumers})
+            _offer_eviction(finding, consumers, options)
+            return
+        _set(finding, "unknown", f"waiting for driver pod {pod_key(driver_pod)} to be Ready", {})
+
+
+def _consumers_detail(consumers: Sequence[Mapping[str, str]]) -> str:
+    return "; ".join(f"{item['pod']} ({item['how']})" for item in consumers[:5])
+
+
+def _offer_eviction(finding: Finding, pods: Sequence[Mapping[str, str]], options: DoctorOptions) -> None:
+    """Evicting is offered only for the pods the user's selector names (checked again on the live pods)."""
+    if not options.remediate_pod_selector:
+        return
+    finding.remediation = Remediation(
+        action="evict_pods",
+        node=finding.node,
+        target={"pods": [item["pod"] for item in pods], "selector": options.remediate_pod_selector},
+        description=f"evict the pods on {finding.node} matching {options.remediate_pod_selector}",
+    )
+
+
+def _ofed_findings(
+    view: ClusterView,
+    nodes: Sequence[Mapping[str, Any]],
+    pods_by_node: Mapping[str, Mapping[str, Any]],
+    *,
+    options: DoctorOptions,
+) -> List[Finding]:
+    component = COMPONENTS[OFED]
+    policy = upgrade_policy(view, OFED)
+    auto_upgrade = bool(policy.get("autoUpgrade", False))
+    findings: List[Finding] = []
+    failed = sorted(node_name(n) for n in nodes if node_state(n, OFED) == "upgrade-failed")
+    for node in nodes:
+        state = node_state(node, OFED)
+        if state in AT_REST:
+            continue
+        name = node_name(node)
+        finding = Finding(
+            node=name, component=component, state=state, cause="unknown", detail="", since=state_since(view, node, OFED)
+        )
+        pods = view.pods_by_node.get(name, [])
+        mofed = pods_by_node.get(name) or {}
+        restarts, _reason, message = _container_problem(mofed) if mofed else (0, "", "")
+        if not auto_upgrade:
+            _set(
+                finding,
+                "auto_upgrade_disabled",
+                "ofedDriver.upgradePolicy.autoUpgrade is false",
+                {"autoUpgrade": False},
+            )
+        elif node_is_not_ready(node):
+            _set(
+                finding, "node_not_ready", "the node's Ready condition is not True", {"ready": node_ready_status(node)}
+            )
+        elif state == "upgrade-required" and _labels(node).get(SKIP_LABEL.format(OFED)) == "true":
+            cause = "held_by_canary" if _annotations(node).get(HOLD_ANNOTATIONS[OFED]) else "skip_label"
+            _set(finding, cause, f"{SKIP_LABEL.format(OFED)}=true", {"label": SKIP_LABEL.format(OFED)})
+        elif state == "upgrade-required" and failed and int(policy.get("maxParallelUpgrades", 1) or 0):
+            _set(
+                finding,
+                "slot_held_by_failed",
+                "slots held by upgrade-failed " + ", ".join(failed),
+                {"upgrade_failed_nodes": failed},
+            )
+        elif restarts > 0:
+            _set(
+                finding,
+                "driver_pod_crashloop",
+                f"MOFED pod {pod_key(mofed)} restarted {restarts} times: {message}",
+                {"driver_pod": pod_key(mofed), "restartCount": restarts, "last_message": message},
+            )
+        elif state in ("drain-required", "pod-restart-required", "wait-for-jobs-required", "upgrade-failed"):
+            secondary = [
+                {"pod": pod_key(pod), "networks": _annotations(pod).get(MULTUS_NETWORKS_ANNOTATION, "")}
+                for pod in pods
+                if pod_uses_secondary_network(pod) and (pod.get("status") or {}).get("phase") == "Running"
+            ]
+            leaving = _pods_that_must_leave(pods, state="drain-required", policy=policy, component=OFED)
+            blocked = blocking_pdbs(leaving, view.pdbs)
+            if blocked:
+                _set(
+                    finding,
+                    "pdb_blocks_eviction",
+                    _blocked_detail(blocked),
+                    {"blocked": blocked},
+                )
+            elif secondary:
+                _set(
+                    finding,
+                    "ofed_secondary_network_pods",
+                    "; ".join(f"{item['pod']} ({item['networks']})" for item in secondary[:5]),
+                    {"pods": secondary},
+                )
+                _offer_eviction(finding, secondary, options)
+            elif state == "upgrade-failed":
+                _set(finding, "upgrade_failed", "no blocking pod or crash-looping MOFED pod now", {})
+                finding.remediation = Remediation(
+                    action="relabel_upgrade_required",
+                    node=name,
+                    target={"label": STATE_LABEL.format(OFED), "from": "upgrade-failed", "to": "upgrade-required"},
+                    description=f"relabel {name} {STATE_LABEL.format(OFED)}=upgrade-required (the upstream retry)",
+                )
+        findings.append(finding)
+    return findings
+
+
+def _mcp_findings(view: ClusterView) -> List[Finding]:
+    """Nodes whose MachineConfigPool holds their update: paused (who, since when) or degraded."""
+    findings: List[Finding] = []
+    for pool in view.machine_config_pools:
+        pool_name = str((pool.get("metadata") or {}).get("name"))
+        selector = _spec(pool, "nodeSelector")
+        members = [node for node in view.nodes if selector and selector_object_matches(selector, _labels(node))]
+        paused = bool(_spec(pool).get("paused"))
+        conditions = {c.get("type"): c for c in (pool.get("status") or {}).get("conditions") or []}
+        for node in members:
+            annotations = _annotations(node)
+            name = node_name(node)
+            behind = annotations.get(MCO_CURRENT, "") != annotations.get(MCO_DESIRED, "") or (
+                paused and str(_spec(pool, "configuration").get("name") or "") not in ("", annotations.get(MCO_CURRENT))
+            )
+            if annotations.get(MCO_STATE) == "Degraded":
+                degraded = conditions.get("NodeDegraded") or conditions.get("Degraded") or {}
+                findings.append(
+                    Finding(
+                        node=name,
+                        component="machine-config",
+                        state="Degraded",
+                        cause="mcp_degraded",
+                        detail=f"pool {pool_name}: "
+                        + str(annotations.get(MCO_REASON) or degraded.get("message") or "no reason"),
+                        evidence={"pool": pool_name, "reason": annotations.get(MCO_REASON, ""), "condition": degraded},
+                        since=parse_time(degraded.get("lastTransitionTime")),
+                    )
+                )
+            elif paused and behind:
+                findings.append(_paused_finding(view, pool, node))
+    return findings
+
+
+def _paused_finding(view: ClusterView, pool: Mapping[str, Any], node: Mapping[str, Any]) -> Finding:
+    pool_name = str((pool.get("metadata") or {}).get("name"))
+    annotations = _annotations(pool)
+    by, since = "", parse_time(annotations.get(PAUSED_AT_ANNOTATION))
+    if since is not None:
+        by = "gpufleet.upgrade"
+    for entry in (pool.get("metadata") or {}).get("managedFields") or []:
+        fields = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if "f:paused" in fields:
+            by = by or str(entry.get("manager") or "")
+            since = since or parse_time(entry.get("time"))
+    finding = Finding(
+        node=node_name(node),
+        component="machine-config",
+        state="paused",
+        cause="mcp_paused",
+        detail=f"pool {pool_name} paused" + (f" by {by}" if by else "") + (f" since {iso(since)}" if since else ""),
+        evidence={
+            "pool": pool_name,
+            "paused_by": by or "unknown",
+            "paused_since": iso(since) if since else None,
+            "reason": annotations.get("gpufleet.io/paused-reason", ""),
+            "current_config": _annotations(node).get(MCO_CURRENT, ""),
+            "pool_config": str(_spec(pool, "configuration").get("name") or ""),
+        },
+        since=since,
+    )
+    if since is not None and (view.now - since).total_seconds() > CA_ROTATION_WARN_SECONDS:
+        finding.warnings.append(
+            f"pool {pool_name} has been paused for {human_duration(int((view.now - since).total_seconds()))}: a paused "
+            "pool also holds the kubelet client CA rotation (new CA at 292 days, old one removed at 365); unpause it "
+            "before a rotation is due"
+        )
+    if by == "gpufleet.upgrade":
+        finding.remediation = Remediation(
+            action="unpause_pool",
+            node=node_name(node),
+            target={"pool": pool_name},
+            description=f"unpause MachineConfigPool {pool_name} (this collection paused it)",
+        )
+    return finding
+
+
+def _interrupted_rollout(view: ClusterView) -> Optional[Dict[str, Any]]:
+    lease = parse_lease(view.lease) if view.lease is not None else None
+    if lease is None or not lease.holder or not is_expired(lease, now=view.now):
+        return None
+    meta = (view.lease or {}).get("metadata") or {}
+    return {
+        "cause": "rollout_interrupted",
+        "cause_title": CAUSES["rollout_interrupted"][0],
+        "detail": f"Lease {meta.get('namespace')}/{meta.get('name')} still names {lease.holder}, last renewed "
+        f"{iso(lease.renew_time) if lease.renew_time else 'never'}",
+        "evidence": {
+            "lease": f"{meta.get('namespace')}/{meta.get('name')}",
+            "holder": lease.holder,
+            "acquired": iso(lease.acquire_time) if lease.acquire_time else None,
+            "renewed": iso(lease.renew_time) if lease.renew_time else None,
+            "duration_seconds": lease.duration_seconds,
+        },
+        "remedy": CAUSES["rollout_interrupted"][1],
+    }
+
+
+def summary_lines(result: Mapping[str, Any]) -> List[str]:
+    """One line per finding and cluster-wide blocker, as diagnose.yml prints them."""
+    lines = [f"cluster: {item['cause']}: {item['detail']} -> {item['remedy']}" for item in result.get("cluster") or []]
+    for item in result.get("findings") or []:
+        lines.append(
+            f"{item['node']} {item['component']} {item['state']} for {item['in_state_for']}: {item['cause']}: "
+            f"{item['detail']} -> {item['remedy']}"
+        )
+    return lines
+
+
+def nodes_needing_pods(nodes: Iterable[Mapping[str, Any]]) -> List[str]:
+    """Nodes whose pods the diagnosis reads: those past upgrade-required in either driver's state machine."""
+    return sorted(
+        node_name(node)
+        for node in nodes
+        if node_state(node, GPU) in STATES_NEEDING_PODS or node_state(node, OFED) in STATES_NEEDING_PODS
+    )
+
+
+def needs_all_driver_pods(view: ClusterView) -> bool:
+    """With autoUpgrade false nothing labels the out-of-date nodes: their driver pods name them, read only when a
+    driver DaemonSet says some pods run an older template."""
+    if view.cluster_policy is None or upgrade_policy(view, GPU).get("autoUpgrade", False):
+        return False
+    return any(
+        int((ds.get("status") or {}).get("updatedNumberScheduled") or 0)
+        < int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
+        for ds in view.driver_daemonsets
+    )
