@@ -348,13 +348,45 @@ def test_credentials_give_the_environment_the_collection_reads(configs):
         assert f'"{variable}"' in module_utils, f"the Redfish options no longer fall back to {variable}"
     secret_fields = {f["id"] for f in bmc_type["inputs"]["fields"] if f.get("secret")}
     assert "password" in secret_fields
-    (cluster,) = [c for c in configs["controller_credentials"] if c["credential_type"].startswith("OpenShift")]
-    # AWX injects K8S_AUTH_VERIFY_SSL=True only with verify_ssl and a CA; anything else turns verification off.
-    assert cluster["inputs"]["verify_ssl"] is True and cluster["inputs"]["ssl_ca_cert"]
+    clusters = [c for c in configs["controller_credentials"] if c["credential_type"].startswith("OpenShift")]
+    assert clusters
+    for cluster in clusters:
+        # AWX injects K8S_AUTH_VERIFY_SSL=True only with verify_ssl and a CA; anything else turns verification off.
+        assert cluster["inputs"]["verify_ssl"] is True and cluster["inputs"]["ssl_ca_cert"]
     for credential in configs["controller_credentials"]:
         for field, value in credential["inputs"].items():
             if isinstance(value, str) and any(word in field for word in ("token", "password")):
                 assert value.startswith("{{"), f"{credential['name']} {field}: a secret written into Git"
+
+
+# The service account of rbac/example-bindings.yaml each playbook's cluster credential holds a token of, bound
+# to the shipped ClusterRole of the same name: the audit reads only.
+PLAYBOOK_ACCOUNTS = {"playbooks/audit.yml": "gpufleet-audit", "playbooks/upgrade.yml": "gpufleet-upgrade"}
+
+
+def test_each_template_holds_the_token_of_the_shipped_service_account_for_its_playbook(configs):
+    bindings = {
+        item["metadata"]["name"]: item
+        for item in _load(ROOT / "rbac" / "example-bindings.yaml")["items"]
+        if item["kind"] == "ClusterRoleBinding"
+    }
+    credentials = {credential["name"]: credential for credential in configs["controller_credentials"]}
+    for template in configs["controller_templates"]:
+        account = PLAYBOOK_ACCOUNTS[template["playbook"]]
+        (cluster,) = [
+            credentials[name]
+            for name in template["credentials"]
+            if credentials[name]["credential_type"].startswith("OpenShift")
+        ]
+        token = cluster["inputs"]["bearer_token"]
+        assert token == f"{{{{ gpufleet_awx_k8s_{account.split('-')[1]}_bearer_token }}}}", template["name"]
+        assert f"gpufleet/{account}" in cluster["description"], template["name"]
+        binding = bindings[account]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account}
+        assert {"kind": "ServiceAccount", "name": account, "namespace": "gpufleet"} in binding["subjects"]
+        # The ClusterRole itself ships in rbac/<audit|upgrade>.yaml.
+        shipped = ROOT / "rbac" / f"{account.split('-')[1]}.yaml"
+        assert f"name: {account}\n" in shipped.read_text(), shipped
 
 
 def test_apply_passes_the_objects_as_tested():
@@ -399,7 +431,8 @@ def test_apply_playbook_syntax(tmp_path):
 # Values for the secrets apply.yml templates into the credentials, as `-e @secrets.yml` gives them.
 SECRETS = {
     "gpufleet_awx_k8s_host": "https://api.example.test:6443",
-    "gpufleet_awx_k8s_bearer_token": "token-for-the-test",
+    "gpufleet_awx_k8s_audit_bearer_token": "audit-token-for-the-test",
+    "gpufleet_awx_k8s_upgrade_bearer_token": "upgrade-token-for-the-test",
     "gpufleet_awx_k8s_ca_cert": "-----BEGIN CERTIFICATE-----",
     "gpufleet_awx_bmc_username": "root",
     "gpufleet_awx_bmc_password": "password-for-the-test",
