@@ -11,8 +11,10 @@ in one run:
   loop over kubeconfigs, or K separate AWX jobs, does).
 
 For each it reports the wall time, the API requests each cluster served (from the twins' own
-recorders; the budget is ceil(N/500)+15 per cluster) and the peak memory of the controller (the
-summed resident memory of ansible-runner and every process under it, sampled every 0.2 s).
+recorders; the budget is ceil(N/500)+15 per cluster), the peak memory of the controller (the
+summed resident memory of ansible-runner and every process under it, sampled every 0.2 s), the CPU
+seconds of the controller and of the twins, and the load average when the fleet job started: on a
+shared machine the wall time depends on who else runs, the CPU seconds do not.
 
     .venv/bin/python -m bench.bench_fleet_audit --clusters 20 --nodes 1000
 """
@@ -21,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import math
 import os
 import pathlib
+import resource
 import shutil
 import sys
 import tempfile
@@ -95,16 +99,26 @@ class PeakMemory:
         self._thread.join()
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every finished process below this one: the jobs and all they started."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu(pid: int) -> float:
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def twins_cpu(twins: dict[str, TwinProcess]) -> float:
+    return sum(process_cpu(twin.process.pid) for twin in twins.values())
+
+
 def wait_until_idle(twins: list[TwinProcess], *, window: float = 5.0, timeout: float = 1200) -> float:
     """Until the twins together use less than a tenth of a core over three windows in a row."""
-    ticks = os.sysconf("SC_CLK_TCK")
 
     def cpu() -> float:
-        total = 0.0
-        for twin in twins:
-            fields = pathlib.Path(f"/proc/{twin.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-        return total
+        return sum(process_cpu(twin.process.pid) for twin in twins)
 
     start, quiet = time.monotonic(), 0
     while time.monotonic() - start < timeout:
@@ -120,10 +134,21 @@ def served(twins: dict[str, TwinProcess]) -> dict[str, int]:
     return {name: twin.report()["requests"]["total"] for name, twin in twins.items()}
 
 
+@dataclasses.dataclass
+class JobCost:
+    """What one ansible-runner job cost: wall time, the controller's peak memory and CPU, the twins' CPU."""
+
+    seconds: float
+    peak_bytes: int
+    controller_cpu: float
+    twins_cpu: float
+
+
 def audit_job(
     workdir: pathlib.Path, twins: dict[str, TwinProcess], *, ident: str, forks: int
-) -> tuple[RunnerJob, float, int]:
+) -> tuple[RunnerJob, JobCost]:
     results = workdir / "results"
+    cpu_before, twins_before = children_cpu(), twins_cpu(twins)
     with PeakMemory() as memory:
         start = time.perf_counter()
         job = run_job(
@@ -144,10 +169,16 @@ def audit_job(
         seconds = time.perf_counter() - start
     if job.rc != 0:
         raise RuntimeError(f"the {ident} job failed:\n{job.stdout[-4000:]}")
-    return job, seconds, memory.peak
+    cost = JobCost(
+        seconds=seconds,
+        peak_bytes=memory.peak,
+        controller_cpu=children_cpu() - cpu_before,
+        twins_cpu=twins_cpu(twins) - twins_before,
+    )
+    return job, cost
 
 
-def run(clusters: int, nodes: int, *, workdir: pathlib.Path) -> dict[str, Any]:
+def run(clusters: int, nodes: int, *, workdir: pathlib.Path, forks: int = 0) -> dict[str, Any]:
     ensure_collection_link()
     snapshot = ensure_snapshot(nodes)
     twins: dict[str, TwinProcess] = {}
@@ -175,17 +206,22 @@ def run(clusters: int, nodes: int, *, workdir: pathlib.Path) -> dict[str, Any]:
 
         for twin in twins.values():
             twin.admin("POST", "report/reset")
-        fleet_job, fleet_seconds, fleet_peak = audit_job(workdir / "fleet", twins, ident="fleet", forks=clusters)
+        load_before = os.getloadavg()
+        fleet_job, fleet = audit_job(workdir / "fleet", twins, ident="fleet", forks=forks or clusters)
         fleet_requests = served(twins)
         summary = fleet_job.stats_artifacts()["gpufleet_fleet_summary"]
 
-        loop_seconds, loop_peak, loop_requests = 0.0, 0, {}
+        loop = JobCost(seconds=0.0, peak_bytes=0, controller_cpu=0.0, twins_cpu=0.0)
+        loop_requests = {}
         for name, twin in twins.items():
             twin.admin("POST", "report/reset")
-            _job, seconds, peak = audit_job(workdir / "loop" / name, {name: twin}, ident=name, forks=1)
-            loop_seconds += seconds
-            loop_peak = max(loop_peak, peak)
+            _job, cost = audit_job(workdir / "loop" / name, {name: twin}, ident=name, forks=1)
+            loop.seconds += cost.seconds
+            loop.peak_bytes = max(loop.peak_bytes, cost.peak_bytes)
+            loop.controller_cpu += cost.controller_cpu
+            loop.twins_cpu += cost.twins_cpu
             loop_requests[name] = twin.report()["requests"]["total"]
+        load_after = os.getloadavg()
     finally:
         for twin in twins.values():
             twin.stop()
@@ -197,20 +233,28 @@ def run(clusters: int, nodes: int, *, workdir: pathlib.Path) -> dict[str, Any]:
         "twins_settle_seconds": round(settle, 1),
         "twins_memory_mb": round(twin_memory / 2**20),
         "request_budget_per_cluster": budget,
+        # The machine's 1-, 5- and 15-minute load averages when the fleet job started and after the loop.
+        "load_average_before": [round(value, 1) for value in load_before],
+        "load_average_after": [round(value, 1) for value in load_after],
         "fleet": {
-            "seconds": round(fleet_seconds, 2),
+            "forks": forks or clusters,
+            "seconds": round(fleet.seconds, 2),
+            "controller_cpu_seconds": round(fleet.controller_cpu, 1),
+            "twins_cpu_seconds": round(fleet.twins_cpu, 1),
             "requests_per_cluster_max": max(fleet_requests.values()),
             "requests_per_cluster": fleet_requests,
-            "controller_peak_mb": round(fleet_peak / 2**20),
+            "controller_peak_mb": round(fleet.peak_bytes / 2**20),
             "clusters_in_summary": summary["clusters_total"],
             "nodes_audited": sum(entry["drift"]["nodes_total"] for entry in summary["clusters"]),
         },
         "loop": {
-            "seconds": round(loop_seconds, 2),
+            "seconds": round(loop.seconds, 2),
+            "controller_cpu_seconds": round(loop.controller_cpu, 1),
+            "twins_cpu_seconds": round(loop.twins_cpu, 1),
             "requests_per_cluster_max": max(loop_requests.values()),
-            "controller_peak_mb": round(loop_peak / 2**20),
+            "controller_peak_mb": round(loop.peak_bytes / 2**20),
         },
-        "speedup": round(loop_seconds / fleet_seconds, 2),
+        "speedup": round(loop.seconds / fleet.seconds, 2),
         "within_budget": max(fleet_requests.values()) <= budget and max(loop_requests.values()) <= budget,
     }
 
@@ -219,11 +263,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--clusters", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--forks", type=int, default=0, help="forks of the fleet job (default: one per cluster)")
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results" / "fleet_audit.json")
     options = parser.parse_args()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="gpufleet-fleet-bench-"))
     try:
-        result = run(options.clusters, options.nodes, workdir=workdir)
+        result = run(options.clusters, options.nodes, workdir=workdir, forks=options.forks)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     options.out.parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +279,8 @@ def main() -> int:
         f"(controller peak {fleet['controller_peak_mb']} MB), one job per cluster in a loop {loop['seconds']:.1f} s "
         f"(peak {loop['controller_peak_mb']} MB): {result['speedup']}x faster; requests per cluster at most "
         f"{fleet['requests_per_cluster_max']} (fleet) / {loop['requests_per_cluster_max']} (loop), budget "
-        f"{result['request_budget_per_cluster']}"
+        f"{result['request_budget_per_cluster']}; controller CPU {fleet['controller_cpu_seconds']} s (fleet) / "
+        f"{loop['controller_cpu_seconds']} s (loop); load average {result['load_average_before'][0]} at the start"
     )
     print(f"results: {options.out}")
     return 0

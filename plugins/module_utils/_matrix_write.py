@@ -20,13 +20,15 @@ Optionally the change is committed to Git and tagged ``vYYYY-MM-stable``.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import io
 import os
 import shlex
 import tempfile
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError, InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import (
@@ -34,6 +36,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model imp
     METADATA_KEYS,
     VERSIONS_FORM_KEYS,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 try:
     from ruamel.yaml import YAML
@@ -298,6 +301,47 @@ def write_text_atomically(path: str, text: str, *, mode: int = 0o644) -> None:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+@contextlib.contextmanager
+def matrix_folder_lock(path: str, *, timeout: float, sleep: float = 0.2) -> Iterator[float]:
+    """Hold an exclusive lock on the matrix file's folder while a promotion reads, rewrites, commits and pushes it.
+
+    A fleet promotion runs ``matrix_promote`` for every cluster at once (one
+    fork each) on the same file: without the lock two of them read the same
+    text, both write it, and their ``git add``/``commit``/``tag`` collide on
+    the repository's ``index.lock``. With it they take turns, and the later
+    ones find the matrix promoted already (no change, no second commit).
+    The folder is locked, not the file: the file is replaced by a rename, so
+    a lock on it would be left behind on the old inode, and the folder is
+    also where Git works. ``flock`` locks go with the process, so a killed
+    run leaves none behind. Yields the seconds waited.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+    except OSError as err:
+        raise InvalidInputError(f"Cannot open the matrix folder {directory}: {err.strerror}") from err
+
+    def locked() -> bool:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    try:
+        waited = wait_until(
+            locked,
+            bool,
+            timeout=timeout,
+            sleep=sleep,
+            what=f"another promotion of a matrix in {directory} to finish",
+        )
+        yield waited.elapsed
+    finally:
+        # Closing the descriptor releases the lock.
+        os.close(handle)
 
 
 def promote_matrix_file(path: str, *, promoted_on: str, note: str = "", check_mode: bool = False) -> Promotion:

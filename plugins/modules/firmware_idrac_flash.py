@@ -33,6 +33,7 @@ description:
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.redfish
   - gpufleet.upgrade.firmware_components
   - gpufleet.upgrade.wait.sleep
@@ -51,12 +52,8 @@ options:
     aliases: [baseurl]
   bmc_username:
     required: true
-    aliases: [username]
   bmc_password:
     required: true
-    aliases: [password]
-  bmc_validate_certs:
-    aliases: [validate_certs]
   bmc_ca_path:
     aliases: [ca_path]
   bmc_timeout:
@@ -97,6 +94,13 @@ options:
       - 5 rather than the collection's 10 - a BMC job moves through its states in seconds once it runs, and each
         look is one small Redfish GET.
     default: 5
+notes:
+  - The Kubernetes connection options (O(kubeconfig), O(host), O(username), O(password), O(validate_certs), ...) are
+    accepted and ignored, so that the one C(module_defaults) block for C(group/gpufleet.upgrade.k8s) the playbooks set
+    from each cluster serves this module too; the BMC is reached with the C(bmc_) options only.
+  - Before 0.1.0 was released the BMC options also had the aliases C(username), C(password) and C(validate_certs);
+    they are kubernetes.core's connection options now. A task that still says C(username) fails naming
+    O(bmc_username) as missing; a C(validate_certs=false) meant for the BMC no longer turns its TLS check off.
 seealso:
   - module: gpufleet.upgrade.nic_firmware_rollout
 """
@@ -214,6 +218,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions, run_flash
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import component_specs
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
     firmware_components_argument_spec,
     redfish_argument_spec,
@@ -222,18 +227,20 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import RedfishSettings
 
-# The names these options had before they were shared with nic_firmware_rollout.
+# The names these options had before they were shared with nic_firmware_rollout. Not username, password and
+# validate_certs: those are kubernetes.core's connection options, which module_defaults for
+# group/gpufleet.upgrade.k8s gives every module of the collection, and an alias wins over its option in
+# AnsibleModule, so the cluster's values would have reached the BMC.
 OLD_REDFISH_NAMES = {
-    "bmc_username": "username",
-    "bmc_password": "password",
-    "bmc_validate_certs": "validate_certs",
     "bmc_ca_path": "ca_path",
     "bmc_timeout": "timeout",
 }
 
 
 def argument_spec():
-    spec = {"bmc_address": {"type": "str", "required": True, "aliases": ["baseurl"]}}
+    # Accepted and ignored: the cluster's connection options from module_defaults (see OLD_REDFISH_NAMES).
+    spec = k8s_auth_argument_spec()
+    spec["bmc_address"] = {"type": "str", "required": True, "aliases": ["baseurl"]}
     spec.update(redfish_argument_spec(credentials_required=True, aliases=OLD_REDFISH_NAMES))
     spec.update(firmware_components_argument_spec())
     spec.update(

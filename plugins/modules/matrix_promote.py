@@ -97,6 +97,14 @@ options:
     description: Author e-mail of the commit.
     type: str
     default: gpufleet-upgrade@localhost
+  lock_timeout:
+    description:
+      - Seconds to wait for another promotion of a matrix in the same folder to finish (an exclusive C(flock) of the
+        folder, held from reading the file to the push).
+      - A fleet promotion runs this module for every cluster at once, on the same file; they take turns, and the
+        clusters after the first find the matrix promoted already (no change, no second commit or tag).
+    type: int
+    default: 600
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 notes:
@@ -145,6 +153,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lock_waited:
+  description: Seconds spent waiting for another promotion of a matrix in the same folder (O(lock_timeout)).
+  returned: always
+  type: float
+  sample: 0.0
 message:
   description: What moved.
   returned: always
@@ -199,6 +212,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write imp
     PushRequest,
     git_commit_and_tag,
     git_push,
+    matrix_folder_lock,
     promote_matrix_file,
     stable_tag,
 )
@@ -224,6 +238,7 @@ def argument_spec():
             "git_ssh_key_file": {"type": "path", "fallback": (env_fallback, ["GPUFLEET_GIT_SSH_KEY_FILE"])},
             "git_author_name": {"type": "str", "default": "gpufleet.upgrade"},
             "git_author_email": {"type": "str", "default": "gpufleet-upgrade@localhost"},
+            "lock_timeout": {"type": "int", "default": 600},
         }
     )
     return spec
@@ -236,6 +251,17 @@ def promote(module):
         datetime.datetime.strptime(promoted_on, "%Y-%m-%d")
     except ValueError as err:
         raise InvalidInputError(f"promoted_on {promoted_on!r} is not YYYY-MM-DD") from err
+    if params["lock_timeout"] < 0:
+        raise InvalidInputError(f"lock_timeout {params['lock_timeout']} is negative")
+    # One promotion at a time per matrix folder: a fleet promotes every cluster at once (forks).
+    with matrix_folder_lock(params["path"], timeout=params["lock_timeout"]) as waited:
+        result = promote_locked(module, promoted_on=promoted_on)
+    result["lock_waited"] = round(waited, 2)
+    return result
+
+
+def promote_locked(module, *, promoted_on):
+    params = module.params
     try:
         with open(params["path"], encoding="utf-8") as handle:
             before = handle.read()

@@ -352,39 +352,41 @@ def test_credentials_give_the_environment_the_collection_reads(configs):
     assert clusters
     for cluster in clusters:
         # AWX injects K8S_AUTH_VERIFY_SSL=True only with verify_ssl and a CA; anything else turns verification off.
-        assert cluster["inputs"]["verify_ssl"] is True and cluster["inputs"]["ssl_ca_cert"], cluster["name"]
+        assert cluster["inputs"]["verify_ssl"] is True and cluster["inputs"]["ssl_ca_cert"]
     for credential in configs["controller_credentials"]:
         for field, value in credential["inputs"].items():
             if isinstance(value, str) and any(word in field for word in ("token", "password")):
                 assert value.startswith("{{"), f"{credential['name']} {field}: a secret written into Git"
 
 
-# Each playbook's templates hold a token of the ServiceAccount roles/rbac binds to the shipped roles of that playbook
-# (rbac/audit.yaml: read only; rbac/upgrade.yaml), named by the secret variable that fills the credential.
-TOKEN_OF_PLAYBOOK = {
-    "playbooks/audit.yml": ("gpufleet_awx_k8s_audit_bearer_token", "gpufleet-audit"),
-    "playbooks/upgrade.yml": ("gpufleet_awx_k8s_bearer_token", "gpufleet-upgrade"),
-}
+# The service account of rbac/example-bindings.yaml each playbook's cluster credential holds a token of, bound
+# to the shipped ClusterRole of the same name: the audit reads only.
+PLAYBOOK_ACCOUNTS = {"playbooks/audit.yml": "gpufleet-audit", "playbooks/upgrade.yml": "gpufleet-upgrade"}
 
 
-def test_each_template_runs_with_the_token_of_its_playbooks_shipped_role(configs):
-    credentials = {c["name"]: c for c in configs["controller_credentials"]}
-    defaults = yaml.safe_load((ROOT / "roles" / "rbac" / "defaults" / "main.yml").read_text())
-    accounts = {defaults["rbac_audit_service_account"], defaults["rbac_upgrade_service_account"]}
+def test_each_template_holds_the_token_of_the_shipped_service_account_for_its_playbook(configs):
+    bindings = {
+        item["metadata"]["name"]: item
+        for item in _load(ROOT / "rbac" / "example-bindings.yaml")["items"]
+        if item["kind"] == "ClusterRoleBinding"
+    }
+    credentials = {credential["name"]: credential for credential in configs["controller_credentials"]}
     for template in configs["controller_templates"]:
-        variable, account = TOKEN_OF_PLAYBOOK[template["playbook"]]
-        clusters = [
+        account = PLAYBOOK_ACCOUNTS[template["playbook"]]
+        (cluster,) = [
             credentials[name]
             for name in template["credentials"]
             if credentials[name]["credential_type"].startswith("OpenShift")
         ]
-        assert len(clusters) == 1, (template["name"], template["credentials"])
-        (cluster,) = clusters
-        assert cluster["inputs"]["bearer_token"] == "{{ " + variable + " }}", (template["name"], cluster["name"])
-        assert account in accounts and f"gpufleet/{account}" in cluster["description"], cluster
-    docs = (ROOT / "docs" / "awx.md").read_text()
-    for variable, account in TOKEN_OF_PLAYBOOK.values():
-        assert f"`{variable}`" in docs and f"`gpufleet/{account}`" in docs, variable
+        token = cluster["inputs"]["bearer_token"]
+        assert token == f"{{{{ gpufleet_awx_k8s_{account.split('-')[1]}_bearer_token }}}}", template["name"]
+        assert f"gpufleet/{account}" in cluster["description"], template["name"]
+        binding = bindings[account]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account}
+        assert {"kind": "ServiceAccount", "name": account, "namespace": "gpufleet"} in binding["subjects"]
+        # The ClusterRole itself ships in rbac/<audit|upgrade>.yaml.
+        shipped = ROOT / "rbac" / f"{account.split('-')[1]}.yaml"
+        assert f"name: {account}\n" in shipped.read_text(), shipped
 
 
 def test_apply_passes_the_objects_as_tested():
@@ -429,8 +431,8 @@ def test_apply_playbook_syntax(tmp_path):
 # Values for the secrets apply.yml templates into the credentials, as `-e @secrets.yml` gives them.
 SECRETS = {
     "gpufleet_awx_k8s_host": "https://api.example.test:6443",
-    "gpufleet_awx_k8s_bearer_token": "token-for-the-test",
     "gpufleet_awx_k8s_audit_bearer_token": "audit-token-for-the-test",
+    "gpufleet_awx_k8s_upgrade_bearer_token": "upgrade-token-for-the-test",
     "gpufleet_awx_k8s_ca_cert": "-----BEGIN CERTIFICATE-----",
     "gpufleet_awx_bmc_username": "root",
     "gpufleet_awx_bmc_password": "password-for-the-test",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils import _matrix_write
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, WaitTimeoutError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_catalog import load_catalog
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import matrix_from_text
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_planner import plan_stage
@@ -220,3 +221,36 @@ def test_git_errors_name_the_command(tmp_path) -> None:
     path.write_text("x\n")
     with pytest.raises(GitError, match="git rev-parse --show-toplevel failed"):
         git_commit_and_tag(run, path=str(path), message="m", tag="")
+
+
+# -- one promotion at a time per matrix folder ------------------------------------------------------
+
+
+def test_a_second_promotion_waits_for_the_folder_lock_and_gives_up_at_its_timeout(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("current_production: {}\n")
+    with _matrix_write.matrix_folder_lock(str(matrix), timeout=1) as waited:
+        assert waited < 1
+        # Another process (a separate descriptor) cannot take it while it is held.
+        other = os.open(tmp_path, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with (
+                pytest.raises(WaitTimeoutError, match=f"another promotion of a matrix in {tmp_path}"),
+                _matrix_write.matrix_folder_lock(str(matrix), timeout=0.3, sleep=0.1),
+            ):
+                pass
+        finally:
+            os.close(other)
+    # Released when the block ends.
+    with _matrix_write.matrix_folder_lock(str(matrix), timeout=0) as waited:
+        assert waited < 0.1
+
+
+def test_a_missing_matrix_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with (
+        pytest.raises(InvalidInputError, match="Cannot open the matrix folder"),
+        _matrix_write.matrix_folder_lock(str(tmp_path / "absent" / "matrix.yaml"), timeout=1),
+    ):
+        pass
