@@ -45,10 +45,10 @@ def _gate(twin, prometheus: Prometheus, tmp_path: Path, **extra: Any) -> dict[st
         "tests/integration/playbooks/validation_gate.yml",
         twin=twin,
         extra_vars={
-            "node": NODE,
-            "gates": ["gpu_errors"],
-            "namespace": twin.companion["published"]["gpu_operator_namespace"],
-            "prometheus_url": prometheus.url,
+            "gate_node": NODE,
+            "gate_names": ["gpu_errors"],
+            "gate_namespace": twin.companion["published"]["gpu_operator_namespace"],
+            "gate_prometheus_url": prometheus.url,
             "result_file": str(result_file),
             **extra,
         },
@@ -89,7 +89,7 @@ def test_gpu_errors_gate_reads_xids_from_prometheus(twin, prometheus, tmp_path) 
 def test_a_node_prometheus_has_no_series_for_fails_the_gate(twin, prometheus, tmp_path) -> None:
     # A wrong node label (or an exporter Prometheus does not scrape) finds no series: no evidence is no pass.
     _scraped(prometheus, NODE)
-    result = _gate(twin, prometheus, tmp_path, prometheus_node_label="kubernetes_node")
+    result = _gate(twin, prometheus, tmp_path, gate_prometheus_node_label="kubernetes_node")
     assert result["passed"] is False
     gate = next(g for g in result["gates"] if g["gate"] == "gpu_errors")
     assert "no DCGM_FI_DEV_XID_ERRORS series" in gate["reason"], gate["reason"]
