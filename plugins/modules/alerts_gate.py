@@ -24,6 +24,7 @@ attributes:
     description: Reads the alerts and holds the same way; it changes nothing in either mode.
   diff_mode:
     support: none
+    description: Changes no Kubernetes object that a diff would show.
 options:
   prometheus_url:
     description: Base URL of Prometheus (or of a Thanos Querier, which serves the same API).

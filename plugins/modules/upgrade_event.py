@@ -30,6 +30,7 @@ attributes:
     description: Reads the objects and returns the Events it would create; creates none.
   diff_mode:
     support: none
+    description: Changes no Kubernetes object that a diff would show.
 options:
   milestone:
     description: The milestone the Events record.
@@ -45,7 +46,7 @@ options:
     type: list
     elements: str
     default: []
-  message:
+  event_message:
     description: The Events' message (cut at 1024 characters).
     type: str
     required: true
@@ -63,7 +64,7 @@ EXAMPLES = r"""
     milestone: canary_started
     group: gpu_operator
     nodes: [gpu-worker-001]
-    message: "Canary of gpu_operator v24.9.0 -> v25.3.0 started on gpu-worker-001"
+    event_message: "Canary of gpu_operator v24.9.0 -> v25.3.0 started on gpu-worker-001"
 """
 
 RETURN = r"""
@@ -98,7 +99,7 @@ def argument_spec():
         milestone={"type": "str", "required": True, "choices": list(STAGE_EVENTS)},
         group={"type": "str", "required": True},
         nodes={"type": "list", "elements": "str", "default": []},
-        message={"type": "str", "required": True},
+        event_message={"type": "str", "required": True},
     )
     return spec
 
@@ -110,7 +111,7 @@ def record(module):
         milestone=params["milestone"],
         group=params["group"],
         nodes=params["nodes"],
-        message=params["message"],
+        message=params["event_message"],
         check_mode=module.check_mode,
     )
 

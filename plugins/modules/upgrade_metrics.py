@@ -27,6 +27,7 @@ attributes:
     description: Computes and returns the samples; pushes nothing.
   diff_mode:
     support: none
+    description: Changes no Kubernetes object that a diff would show.
 options:
   url:
     description: Base URL of the Pushgateway, for example C(https://pushgateway.monitoring.svc:9091).
