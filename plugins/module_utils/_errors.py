@@ -89,3 +89,11 @@ class RedfishHttpError(RedfishError):
 
 class RedfishUnreachableError(RedfishError):
     """The BMC did not answer (connection refused or reset, timeout): it may be restarting."""
+
+
+class AlertsFiringError(GpuFleetError):
+    """Prometheus alerts matching the alerts gate's filter still fired when its wait ran out."""
+
+
+class PushError(GpuFleetError):
+    """The Pushgateway refused a stage's metrics or could not be reached."""

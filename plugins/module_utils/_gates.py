@@ -721,7 +721,14 @@ def _prometheus_xids(fetch: Fetch, *, settings: GateSettings, node: str) -> Any:
     url = f"{settings.prometheus_url.rstrip('/')}/api/v1/query?" + urlencode(
         {"query": f"DCGM_FI_DEV_XID_ERRORS{{{selector}}}"}
     )
-    return parse_prometheus_vector(fetch(url))
+    samples = parse_prometheus_vector(fetch(url))
+    if not samples:
+        # No series is no evidence: the exporter is not scraped, or the node label is not the one it carries.
+        raise UnreadableOutputError(
+            f"no DCGM_FI_DEV_XID_ERRORS series with {selector} in Prometheus (is dcgm-exporter on the node "
+            "scraped, and does prometheus_node_label name the label that holds the node name?)"
+        )
+    return samples
 
 
 def gates_gpus(gates: Sequence[str], *, settings: GateSettings) -> int:

@@ -247,8 +247,9 @@ def fold_campaign(entries: Sequence[Mapping[str, Any]], campaign: str) -> Campai
                 state.baseline = dict(entry.get("counters") or {})
                 state.bake_checks = []
         elif stage == "bake":
-            if not passed and entry.get("gates_could_not_run"):
-                continue  # the API kept the gates from running: no verdict on the canary either way
+            if not passed and (entry.get("gates_could_not_run") or entry.get("held_by_alerts")):
+                # The API kept the gates from running, or firing alerts held the check: no verdict on the canary.
+                continue
             state.bake_checks.append(
                 {
                     "entry": entry.get("id"),

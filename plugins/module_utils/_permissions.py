@@ -247,6 +247,26 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         "roles/upgrade canary/promote/rollback.yml: label or unlabel the canary Node (kubernetes.core.k8s patched)",
         (_g(UPGRADE_ROLE, ("get", "patch"), "", "nodes"),),
     ),
+    "upgrade_events": (
+        "roles/upgrade canary/bake/promote/rollback.yml: upgrade_event records the stage's milestones as Events "
+        'on the nodes and the component\'s object (cluster-scoped, so in "default")',
+        (
+            _g(UPGRADE_ROLE, _R, "", "nodes"),
+            _g(NODE_EVENTS_ROLE, ("create",), "", "events"),
+        ),
+    ),
+    "upgrade_events_gpu_operator": (
+        "roles/upgrade: upgrade_event finds the ClusterPolicy its Events are about",
+        (_g(UPGRADE_ROLE, _L, "nvidia.com", "clusterpolicies"),),
+    ),
+    "upgrade_events_network_operator": (
+        "roles/upgrade: upgrade_event finds the NicClusterPolicy its Events are about",
+        (_g(UPGRADE_ROLE, _L, "mellanox.com", "nicclusterpolicies"),),
+    ),
+    "upgrade_events_openshift": (
+        "roles/upgrade: upgrade_event finds the MachineConfigPools of the nodes its Events are about",
+        (_g(UPGRADE_ROLE, _L, "machineconfiguration.openshift.io", "machineconfigpools"),),
+    ),
     "upgrade_sample": (
         "roles/upgrade sample.yml: upgrade_ledger sample (GPU nodes and the pods using their GPUs)",
         (
@@ -526,6 +546,8 @@ def steps_for(*, playbook: str, stage: str = "", group: str = "", features: Iter
             raise ValueError(f"group must be one of {', '.join(COMPONENT_STEPS)} (got {group!r})")
         component = COMPONENT_STEPS[group]
         steps = list(_UPGRADE_FRAME)
+        # Every stage records its milestones as Events (on the group's object where it has one).
+        steps += ["upgrade_events"] + ([f"upgrade_events_{group}"] if f"upgrade_events_{group}" in STEPS else [])
         if stage == "canary":
             steps += [*component["preflight"], "upgrade_canary_label", *component["canary"], *_VALIDATE]
         elif stage == "bake":

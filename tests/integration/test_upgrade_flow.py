@@ -98,6 +98,15 @@ def drivers(twin) -> dict:
     return {name: labels.get("nvidia.com/cuda.driver-version.full") for name, labels in node_labels(twin).items()}
 
 
+def stage_events(twin, kind: str, name: str) -> list:
+    """The actions of the GPUFleetUpgrade Events about one object, oldest first."""
+    found = json.loads(
+        kubectl(twin, "get", "events", "-n", "default", "--field-selector", "reason=GPUFleetUpgrade", "-o", "json")
+    )["items"]
+    about = [e for e in found if (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == (kind, name)]
+    return [e["action"] for e in sorted(about, key=lambda e: (e["firstTimestamp"], e["metadata"]["name"]))]
+
+
 def last_report(workspace: pathlib.Path, stage: str) -> str:
     reports = sorted((workspace / "reports").glob(f"upgrade-{stage}-*.md"))
     assert reports, f"no {stage} report in {workspace / 'reports'}"
@@ -159,8 +168,8 @@ def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspac
     assert bake.returncode == 0, bake.output
     assert [e["stage"] for e in cluster_ledger(twin)] == ["canary", "bake"]
 
-    # A bake check is meant to run again and again: it writes its gate Jobs and
-    # its ledger entry, nothing else (another writer's conflict is retried).
+    # A bake check is meant to run again and again: it writes its gate Jobs, its
+    # ledger entry and its Events, nothing else (another writer's conflict is retried).
     twin.admin("POST", "report/reset")
     twin.admin("POST", "faults", {"type": "conflict", "verb": "update", "resource": "configmaps", "count": 2})
     again = flow(twin, workspace, "bake")
@@ -171,6 +180,7 @@ def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspac
         "pods",
         "configmaps",
         "leases.coordination.k8s.io",
+        "events",
     }
     assert [e["stage"] for e in cluster_ledger(twin)] == ["canary", "bake", "bake"]
     assert twin.report()["requests"]["by_code"].get("409") == 2
@@ -207,6 +217,10 @@ def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspac
         nodes=entry["nodes"],
         samples=len(entry["capacity"]),
     )
+    assert "Promoted" in stage_events(twin, "ClusterPolicy", "gpu-cluster-policy")
+    assert "Promoted" in stage_events(twin, "Node", CANARY)
+    canary_node = json.loads(kubectl(twin, "get", "node", CANARY, "-o", "json"))
+    assert "gpufleet.io/canary-reason" not in canary_node["metadata"].get("annotations", {})
 
     twin.admin("POST", "report/reset")
     again = flow(twin, workspace, "promote")
@@ -285,6 +299,9 @@ def test_failed_gate_on_the_canary_then_rollback(fresh_twin, workspace):
     assert "gpu-canary" not in node_labels(twin)[CANARY]
     entry = cluster_ledger(twin)[-1]
     assert (entry["stage"], entry["rolled_back"], entry["rollback_target"]) == ("rollback", True, "current_production")
+    # Its Events: the canary started, never passed, and was rolled back.
+    assert stage_events(twin, "Node", CANARY) == ["CanaryStarted", "RolledBack"]
+    assert stage_events(twin, "ClusterPolicy", "gpu-cluster-policy") == ["CanaryStarted", "RolledBack"]
 
     twin.admin("POST", "report/reset")
     again = flow(twin, workspace, "rollback")

@@ -408,3 +408,12 @@ def test_a_canary_that_cannot_be_undone_is_resumed_not_rolled_back() -> None:
     assert state.canary_passed and not state.canary_forward_only
     # A canary that can be undone is still refused a re-run before its rollback.
     assert decide("canary", state=state_after(entry("canary", "failed", 0)), changes_groups=1, now=T0).action == REFUSE
+
+
+def test_a_bake_check_held_by_firing_alerts_is_no_verdict() -> None:
+    entries = [
+        entry("canary", "success", 0),
+        entry("bake", "failed", 12, held_by_alerts=["GPUXidError{Hostname=gpu-worker-003}"]),
+    ]
+    state = fold_campaign(entries, CHANGE)
+    assert state.bake_checks == [] and not state.bake_failed

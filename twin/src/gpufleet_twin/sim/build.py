@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster import Controller, Twin
-from . import gpu_operator, network_operator, openshift, sriov
+from . import dcgm_exporter, gpu_operator, network_operator, openshift, sriov
 from .events import EventRecorder
 from .faults import FaultInjector
 from .garbagecollector import GarbageCollector
@@ -254,3 +254,5 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     openshift.install(twin)
     # Check pods (nvidia-smi, ibstat, dcgmi diag, PyTorch smoke tests) run to completion.
     install_validation_pods(twin)
+    # Each GPU node's dcgm-exporter /metrics, for a Prometheus scraping the twin.
+    dcgm_exporter.install(twin)
