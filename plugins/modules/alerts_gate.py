@@ -38,7 +38,7 @@ options:
     description: What is held, for the messages (for example C(Bake check of gpu-worker-001)).
     type: str
     default: the upgrade
-  validate_certs:
+  prometheus_validate_certs:
     description: Verify Prometheus' TLS certificate.
     type: bool
     default: true
@@ -50,6 +50,11 @@ options:
     description: Seconds between two looks at the alerts.
     type: float
     default: 10
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+notes:
+  - The Kubernetes connection options are accepted so that one C(module_defaults) block for
+    C(group/gpufleet.upgrade.k8s) serves every module of the collection; this module does not use them.
 requirements:
   - Prometheus 2.x HTTP API
 seealso:
@@ -95,25 +100,30 @@ from ansible.module_utils.urls import SSLValidationError, open_url
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import hold_while_firing
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import fetch_json_with
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 
 
 def argument_spec():
-    return {
-        "prometheus_url": {"type": "str", "required": True},
-        "alert_filter": {"type": "str", "required": True},
-        "what": {"type": "str", "default": "the upgrade"},
-        "validate_certs": {"type": "bool", "default": True},
-        "wait_timeout": {"type": "int", "default": 600},
-        "wait_sleep": {"type": "float", "default": 10.0},
-    }
+    spec = k8s_auth_argument_spec()
+    spec.update(
+        {
+            "prometheus_url": {"type": "str", "required": True},
+            "alert_filter": {"type": "str", "required": True},
+            "what": {"type": "str", "default": "the upgrade"},
+            "prometheus_validate_certs": {"type": "bool", "default": True},
+            "wait_timeout": {"type": "int", "default": 600},
+            "wait_sleep": {"type": "float", "default": 10.0},
+        }
+    )
+    return spec
 
 
 def hold(module):
     params = module.params
     fetch = fetch_json_with(
         open_url,
-        validate_certs=params["validate_certs"],
+        validate_certs=params["prometheus_validate_certs"],
         timeout=30,
         errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
     )

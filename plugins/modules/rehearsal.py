@@ -71,6 +71,11 @@ options:
     description: With O(estimate_file), the largest share of GPUs (0-1) a setting may take away at once.
     type: float
     default: 0.25
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+notes:
+  - The Kubernetes connection options are accepted so that one C(module_defaults) block for
+    C(group/gpufleet.upgrade.k8s) serves every module of the collection; this module does not use them.
 """
 
 EXAMPLES = r"""
@@ -120,6 +125,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import (
     apply_calibration,
@@ -133,19 +139,23 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import
 
 
 def argument_spec():
-    return {
-        "action": {"type": "str", "choices": ["calibrate", "report"], "required": True},
-        "snapshot_dir": {"type": "path", "required": True},
-        "jitter": {"type": "float", "default": 0.0},
-        "seed": {"type": "int", "default": 0},
-        "calibration": {"type": "dict", "default": {}},
-        "ledger_file": {"type": "path"},
-        "recorder": {"type": "dict", "default": {}},
-        "report_dir": {"type": "path"},
-        "estimate_file": {"type": "path"},
-        "window_hours": {"type": "float", "default": 8.0},
-        "max_capacity_loss": {"type": "float", "default": 0.25},
-    }
+    spec = k8s_auth_argument_spec()
+    spec.update(
+        {
+            "action": {"type": "str", "choices": ["calibrate", "report"], "required": True},
+            "snapshot_dir": {"type": "path", "required": True},
+            "jitter": {"type": "float", "default": 0.0},
+            "seed": {"type": "int", "default": 0},
+            "calibration": {"type": "dict", "default": {}},
+            "ledger_file": {"type": "path"},
+            "recorder": {"type": "dict", "default": {}},
+            "report_dir": {"type": "path"},
+            "estimate_file": {"type": "path"},
+            "window_hours": {"type": "float", "default": 8.0},
+            "max_capacity_loss": {"type": "float", "default": 0.25},
+        }
+    )
+    return spec
 
 
 def run(module):

@@ -52,23 +52,28 @@ options:
     description: How many GPU nodes the cluster has (for a percent O(max_unavailable)).
     type: int
     default: 0
-  validate_certs:
+  pushgateway_validate_certs:
     description: Verify the Pushgateway's TLS certificate.
     type: bool
     default: true
-  ca_path:
+  pushgateway_ca_path:
     description: CA bundle to verify the Pushgateway's certificate with.
     type: path
-  username:
+  pushgateway_username:
     description: User for HTTP basic authentication, when the Pushgateway sits behind it.
     type: str
-  password:
+  pushgateway_password:
     description: Password for HTTP basic authentication.
     type: str
   timeout:
     description: Seconds to wait for the Pushgateway.
     type: int
     default: 30
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+notes:
+  - The Kubernetes connection options are accepted so that one C(module_defaults) block for
+    C(group/gpufleet.upgrade.k8s) serves every module of the collection; this module does not use them.
 requirements:
   - prometheus-client
 seealso:
@@ -109,6 +114,7 @@ from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import SSLValidationError, open_url
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import PushError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._run_metrics import (
     JOB,
@@ -121,19 +127,23 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._run_metrics impo
 
 
 def argument_spec():
-    return {
-        "url": {"type": "str", "required": True},
-        "cluster": {"type": "str", "required": True},
-        "stage": {"type": "str", "required": True},
-        "entry": {"type": "dict", "required": True},
-        "max_unavailable": {"type": "str"},
-        "gpu_nodes": {"type": "int", "default": 0},
-        "validate_certs": {"type": "bool", "default": True},
-        "ca_path": {"type": "path"},
-        "username": {"type": "str"},
-        "password": {"type": "str", "no_log": True},
-        "timeout": {"type": "int", "default": 30},
-    }
+    spec = k8s_auth_argument_spec()
+    spec.update(
+        {
+            "url": {"type": "str", "required": True},
+            "cluster": {"type": "str", "required": True},
+            "stage": {"type": "str", "required": True},
+            "entry": {"type": "dict", "required": True},
+            "max_unavailable": {"type": "str"},
+            "gpu_nodes": {"type": "int", "default": 0},
+            "pushgateway_validate_certs": {"type": "bool", "default": True},
+            "pushgateway_ca_path": {"type": "path"},
+            "pushgateway_username": {"type": "str"},
+            "pushgateway_password": {"type": "str", "no_log": True},
+            "timeout": {"type": "int", "default": 30},
+        }
+    )
+    return spec
 
 
 def ansible_handler(params):
@@ -148,11 +158,11 @@ def ansible_handler(params):
                     data=data,
                     headers=dict(headers),
                     timeout=timeout,
-                    validate_certs=params["validate_certs"],
-                    ca_path=params["ca_path"],
-                    url_username=params["username"],
-                    url_password=params["password"],
-                    force_basic_auth=bool(params["username"]),
+                    validate_certs=params["pushgateway_validate_certs"],
+                    ca_path=params["pushgateway_ca_path"],
+                    url_username=params["pushgateway_username"],
+                    url_password=params["pushgateway_password"],
+                    force_basic_auth=bool(params["pushgateway_username"]),
                 )
             except (UrlConnectionError, SSLValidationError) as err:
                 raise PushError(f"cannot reach the Pushgateway: {err}") from err
