@@ -820,22 +820,36 @@ def _upgrade_required(
     )
 
 
-def _in_progress(
+def _check_not_ready(
     view: ClusterView,
     finding: Finding,
     node: Mapping[str, Any],
     driver_pod: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
     *,
     policy: Mapping[str, Any],
     options: DoctorOptions,
-) -> None:
-    name = finding.node
-    state = finding.state
-    pods = view.pods_by_node.get(name, [])
+) -> bool:
+    """A NotReady node: nothing moves on it until it is Ready again."""
     if node_is_not_ready(node):
         _set(finding, "node_not_ready", "the node's Ready condition is not True", {"ready": node_ready_status(node)})
         finding.since = finding.since or _ready_since(node)
-        return
+        return True
+    return False
+
+
+def _check_driver_crashloop(
+    view: ClusterView,
+    finding: Finding,
+    node: Mapping[str, Any],
+    driver_pod: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    policy: Mapping[str, Any],
+    options: DoctorOptions,
+) -> bool:
+    """A crash-looping driver pod, or GPU consumers without requests holding the driver."""
+    state = finding.state
     restarts, reason, message = _container_problem(driver_pod)
     if restarts > 0 and state in ("pod-restart-required", "upgrade-failed"):
         meta = driver_pod.get("metadata") or {}
@@ -853,14 +867,29 @@ def _in_progress(
             evidence["pods"] = consumers
             _set(finding, "gpu_consumers_without_request", _consumers_detail(consumers), evidence)
             _offer_eviction(finding, consumers, options)
-            return
+            return True
         _set(
             finding,
             "driver_pod_crashloop",
             f"driver pod {pod_key(driver_pod)} restarted {restarts} times: {message or log_line or reason}",
             evidence,
         )
-        return
+        return True
+    return False
+
+
+def _check_waiting_for_jobs(
+    view: ClusterView,
+    finding: Finding,
+    node: Mapping[str, Any],
+    driver_pod: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    policy: Mapping[str, Any],
+    options: DoctorOptions,
+) -> bool:
+    """wait-for-jobs-required: the pods (and their Jobs) the policy waits for."""
+    state = finding.state
     if state == "wait-for-jobs-required":
         selector = str((policy.get("waitForCompletion") or {}).get("podSelector") or "")
         running = [
@@ -886,7 +915,23 @@ def _in_progress(
             + (", no timeout" if timeout == 0 else f", timeout {timeout}s"),
             {"pod_selector": selector, "jobs": jobs, "pods": [pod_key(p) for p in running], "timeoutSeconds": timeout},
         )
-        return
+        return True
+    return False
+
+
+def _check_eviction(
+    view: ClusterView,
+    finding: Finding,
+    node: Mapping[str, Any],
+    driver_pod: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    policy: Mapping[str, Any],
+    options: DoctorOptions,
+) -> bool:
+    """A drain or pod deletion that PDBs or the drain settings refuse."""
+    name = finding.node
+    state = finding.state
     if state in ("pod-deletion-required", "drain-required", "upgrade-failed"):
         leaving = _pods_that_must_leave(pods, state=state, policy=policy, component=GPU)
         refusals = _drain_refusals(leaving, policy=policy, state=state)
@@ -899,7 +944,7 @@ def _in_progress(
                 _blocked_detail(blocked),
                 {"blocked": blocked, "events": warnings},
             )
-            return
+            return True
         if refusals:
             _set(
                 finding,
@@ -907,15 +952,31 @@ def _in_progress(
                 "; ".join(f"{r['pod']}: {r['why']}" for r in refusals),
                 {"refused": refusals, "events": warnings},
             )
-            return
+            return True
         if state != "upgrade-failed":
             _set(finding, "unknown", f"{len(leaving)} pods still to leave", {"pods": [pod_key(p) for p in leaving]})
-            return
+            return True
+    return False
+
+
+def _check_validator(
+    view: ClusterView,
+    finding: Finding,
+    node: Mapping[str, Any],
+    driver_pod: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    policy: Mapping[str, Any],
+    options: DoctorOptions,
+) -> bool:
+    """A missing or failing validator."""
+    name = finding.node
+    state = finding.state
     if state in ("validation-required", "upgrade-failed"):
         validators = [pod for pod in pods if _labels(pod).get("app") == VALIDATOR_APP]
         if state == "validation-required" and not validators:
             _set(finding, "validator_missing", f"no {VALIDATOR_APP} pod on {name}", {})
-            return
+            return True
         failing = [pod for pod in validators if not _pod_ready(pod)]
         if failing:
             pod = failing[0]
@@ -934,10 +995,26 @@ def _in_progress(
                 target={"namespace": meta.get("namespace"), "pod": meta.get("name")},
                 description=f"delete validator pod {pod_key(pod)} once so its DaemonSet starts it again",
             )
-            return
+            return True
         if state == "validation-required":
             _set(finding, "unknown", "validators are Ready: the controller moves it at its next reconcile", {})
-            return
+            return True
+    return False
+
+
+def _check_failed_or_restart(
+    view: ClusterView,
+    finding: Finding,
+    node: Mapping[str, Any],
+    driver_pod: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    policy: Mapping[str, Any],
+    options: DoctorOptions,
+) -> bool:
+    """An upgrade-failed node with no cause left, or a driver restart held by GPU consumers."""
+    name = finding.node
+    state = finding.state
     if state == "upgrade-failed":
         _set(finding, "upgrade_failed", "no blocking pod, crash-looping driver or failing validator now", {})
         finding.evidence["events"] = warning_events(view, name, GPU)
@@ -947,14 +1024,42 @@ def _in_progress(
             target={"label": STATE_LABEL.format(GPU), "from": "upgrade-failed", "to": "upgrade-required"},
             description=f"relabel {name} {STATE_LABEL.format(GPU)}=upgrade-required (the upstream retry)",
         )
-        return
+        return True
     if state == "pod-restart-required":
         consumers = gpu_consumers_without_request(pods, operator_namespaces=options.operator_namespaces)
         if consumers:
             _set(finding, "gpu_consumers_without_request", _consumers_detail(consumers), {"pods": consumers})
             _offer_eviction(finding, consumers, options)
-            return
+            return True
         _set(finding, "unknown", f"waiting for driver pod {pod_key(driver_pod)} to be Ready", {})
+
+    return False
+
+
+def _in_progress(
+    view: ClusterView,
+    finding: Finding,
+    node: Mapping[str, Any],
+    driver_pod: Mapping[str, Any],
+    *,
+    policy: Mapping[str, Any],
+    options: DoctorOptions,
+) -> None:
+    """The cause of a node stuck in an upgrade state: the first check that recognises it sets the finding."""
+    pods = view.pods_by_node.get(finding.node, [])
+    for check in _IN_PROGRESS_CHECKS:
+        if check(view, finding, node, driver_pod, pods, policy=policy, options=options):
+            return
+
+
+_IN_PROGRESS_CHECKS = (
+    _check_not_ready,
+    _check_driver_crashloop,
+    _check_waiting_for_jobs,
+    _check_eviction,
+    _check_validator,
+    _check_failed_or_restart,
+)
 
 
 def _consumers_detail(consumers: Sequence[Mapping[str, str]]) -> str:
