@@ -26,7 +26,7 @@ import json
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, KubeApiError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
@@ -741,10 +741,37 @@ def plan_run(request: RunRequest, *, api: KubeApi) -> Dict[str, Any]:
         "validate_nodes": [],
     }
 
-    def refuse(reason: str) -> Dict[str, Any]:
-        result["decision"] = Decision(REFUSE, reason).as_dict()
-        return result
+    loaded = _load_run(request, api=api, result=result)
+    if not isinstance(loaded, _RunContext):
+        return loaded
+    if request.stage == "rollback":
+        return _plan_rollback(loaded)
+    return _plan_forward(loaded, now=now)
 
+
+@dataclass
+class _RunContext:
+    """What plan_run read before deciding: the request, the matrix and catalog, the ledgers and the GPU nodes."""
+
+    request: RunRequest
+    api: KubeApi
+    result: Dict[str, Any]
+    matrix: Any
+    catalog: Any
+    entries: List[Dict[str, Any]]
+    nodes: List[Dict[str, Any]]
+    gpu_nodes: List[str]
+    rules: Any
+    production: Dict[str, Any]
+
+
+def _refuse(result: Dict[str, Any], reason: str) -> Dict[str, Any]:
+    result["decision"] = Decision(REFUSE, reason).as_dict()
+    return result
+
+
+def _load_run(request: RunRequest, *, api: KubeApi, result: Dict[str, Any]) -> Union[_RunContext, Dict[str, Any]]:
+    """Read the matrix, catalog, ledgers and GPU nodes; a matrix that cannot be used is a refusal (the result)."""
     source = MatrixSource(path=request.matrix_path, catalog_path=request.catalog_path)
     try:
         matrix = read_matrix_file(source)
@@ -755,7 +782,7 @@ def plan_run(request: RunRequest, *, api: KubeApi) -> Dict[str, Any]:
         document = _read_document(request.matrix_path)
     except InvalidInputError as err:
         result["namespace"] = request.namespace or "gpu-operator"
-        return refuse(f"The matrix cannot be used: {err.msg}")
+        return _refuse(result, f"The matrix cannot be used: {err.msg}")
     namespace = request.namespace
     if not namespace and isinstance(document, Mapping) and document.get("kind") == "ConfigMap":
         namespace = str((document.get("metadata") or {}).get("namespace") or "")
@@ -775,62 +802,88 @@ def plan_run(request: RunRequest, *, api: KubeApi) -> Dict[str, Any]:
     rules = evaluate_matrix(matrix, catalog=catalog)
     production = matrix.effective_versions("current_production")
 
-    if request.stage == "rollback":
-        open_states = open_campaigns(entries)
-        decision = decide_rollback(
-            open_states=open_states, rollback_to=request.rollback_to, has_rollback_stage="rollback" in matrix.stages
-        )
-        latest = open_states[-1] if open_states else None
-        result["open_changes"] = [state.as_dict() for state in open_states]
-        if decision.action != RUN:
-            result["decision"] = decision.as_dict()
-            return result
-        if decision.rollback_target == ROLLBACK_TO_ENTRY:
-            plan = plan_stage(matrix, "rollback", catalog=catalog).as_dict()
-            target = matrix.effective_versions("rollback")
-            before = production
-            groups = plan["groups"]
-            if len(groups) != 1:
-                result["plan"] = plan
-                return refuse(
-                    f"The rollback entry changes {len(groups)} component groups ({', '.join(groups) or 'none'}) "
-                    f"compared with current_production; one rollback step changes one group. Planner: "
-                    f"{describe_steps(plan) or 'no step'}"
-                )
-            group = groups[0]
-            result["validate_nodes"] = sample_nodes(
-                gpu_nodes, size=request.sample_size, free=_free_gpus_now(api, nodes), needed=request.sample_free_gpus
-            )
-            result["plan"] = plan
-        else:
-            group = latest.group if latest is not None else ""
-            before = dict(latest.versions_after) if latest is not None else matrix.effective_versions("canary_testing")
-            target = production
-            if not group:
-                plan = (
-                    plan_stage(matrix, "canary_testing", catalog=catalog).as_dict()
-                    if "canary_testing" in matrix.stages
-                    else {}
-                )
-                group = (plan.get("groups") or [""])[0]
-            canary = choose_canary_node(
-                nodes,
-                label=request.canary_label,
-                requested=request.canary_node,
-                ledger_node=latest.canary_node if latest else "",
-            )
-            if canary.problem:
-                return refuse(f"Cannot roll back the canary: {canary.problem}")
-            result["canary_node"] = canary.node
-            result["validate_nodes"] = [canary.node]
-        result["campaign"] = latest.campaign if latest is not None else campaign_id(group, target)
-        result.update(group=group, versions_before=before, versions_after=target)
-        result["changes"] = _changes(before, target)
-        if group not in request.supported_groups:
-            return refuse(_unsupported(group, request.supported_groups))
+    return _RunContext(
+        request=request,
+        api=api,
+        result=result,
+        matrix=matrix,
+        catalog=catalog,
+        entries=entries,
+        nodes=nodes,
+        gpu_nodes=gpu_nodes,
+        rules=rules,
+        production=production,
+    )
+
+
+def _plan_rollback(ctx: _RunContext) -> Dict[str, Any]:
+    """A rollback: back from the open campaign to current_production, or to the matrix's rollback entry."""
+    request, api, result = ctx.request, ctx.api, ctx.result
+    matrix, catalog, entries, nodes, gpu_nodes = ctx.matrix, ctx.catalog, ctx.entries, ctx.nodes, ctx.gpu_nodes
+    production = ctx.production
+    open_states = open_campaigns(entries)
+    decision = decide_rollback(
+        open_states=open_states, rollback_to=request.rollback_to, has_rollback_stage="rollback" in matrix.stages
+    )
+    latest = open_states[-1] if open_states else None
+    result["open_changes"] = [state.as_dict() for state in open_states]
+    if decision.action != RUN:
         result["decision"] = decision.as_dict()
         return result
+    if decision.rollback_target == ROLLBACK_TO_ENTRY:
+        plan = plan_stage(matrix, "rollback", catalog=catalog).as_dict()
+        target = matrix.effective_versions("rollback")
+        before = production
+        groups = plan["groups"]
+        if len(groups) != 1:
+            result["plan"] = plan
+            return _refuse(
+                result,
+                f"The rollback entry changes {len(groups)} component groups ({', '.join(groups) or 'none'}) "
+                f"compared with current_production; one rollback step changes one group. Planner: "
+                f"{describe_steps(plan) or 'no step'}",
+            )
+        group = groups[0]
+        result["validate_nodes"] = sample_nodes(
+            gpu_nodes, size=request.sample_size, free=_free_gpus_now(api, nodes), needed=request.sample_free_gpus
+        )
+        result["plan"] = plan
+    else:
+        group = latest.group if latest is not None else ""
+        before = dict(latest.versions_after) if latest is not None else matrix.effective_versions("canary_testing")
+        target = production
+        if not group:
+            plan = (
+                plan_stage(matrix, "canary_testing", catalog=catalog).as_dict()
+                if "canary_testing" in matrix.stages
+                else {}
+            )
+            group = (plan.get("groups") or [""])[0]
+        canary = choose_canary_node(
+            nodes,
+            label=request.canary_label,
+            requested=request.canary_node,
+            ledger_node=latest.canary_node if latest else "",
+        )
+        if canary.problem:
+            return _refuse(result, f"Cannot roll back the canary: {canary.problem}")
+        result["canary_node"] = canary.node
+        result["validate_nodes"] = [canary.node]
+    result["campaign"] = latest.campaign if latest is not None else campaign_id(group, target)
+    result.update(group=group, versions_before=before, versions_after=target)
+    result["changes"] = _changes(before, target)
+    if group not in request.supported_groups:
+        return _refuse(result, _unsupported(group, request.supported_groups))
+    result["decision"] = decision.as_dict()
+    return result
 
+
+def _plan_forward(ctx: _RunContext, *, now: datetime.datetime) -> Dict[str, Any]:
+    """A canary, bake or promote of the canary_testing change: the ledger's campaign decides what runs."""
+    request, api, result = ctx.request, ctx.api, ctx.result
+    matrix, catalog, entries, nodes, gpu_nodes = ctx.matrix, ctx.catalog, ctx.entries, ctx.nodes, ctx.gpu_nodes
+    production = ctx.production
+    rules = ctx.rules
     has_canary_stage = "canary_testing" in matrix.stages
     plan = (
         plan_stage(matrix, "canary_testing", catalog=catalog).as_dict()
@@ -840,9 +893,10 @@ def plan_run(request: RunRequest, *, api: KubeApi) -> Dict[str, Any]:
     result["plan"] = plan
     groups = list(plan.get("groups") or [])
     if len(groups) > 1:
-        return refuse(
+        return _refuse(
+            result,
             f"canary_testing changes {len(groups)} component groups at once ({', '.join(groups)}); a canary changes "
-            f"one. The planner splits it into: {describe_steps(plan)}"
+            f"one. The planner splits it into: {describe_steps(plan)}",
         )
     blocking = [
         res
@@ -855,7 +909,9 @@ def plan_run(request: RunRequest, *, api: KubeApi) -> Dict[str, Any]:
             f"{res.rule} ({res.stage}): " + ", ".join(f.message for f in res.findings if f.status == VIOLATION)
             for res in blocking
         )
-        return refuse(f"The matrix violates rules the upgrade depends on: {findings}. Planner: {describe_steps(plan)}")
+        return _refuse(
+            result, f"The matrix violates rules the upgrade depends on: {findings}. Planner: {describe_steps(plan)}"
+        )
     target = matrix.effective_versions("canary_testing") if has_canary_stage else production
     group = groups[0] if groups else ""
     campaign = campaign_id(group, target) if group else ""
@@ -880,7 +936,7 @@ def plan_run(request: RunRequest, *, api: KubeApi) -> Dict[str, Any]:
         promoted_elsewhere=promoted[-1] if promoted else None,
     )
     if decision.action == RUN and group not in request.supported_groups:
-        return refuse(_unsupported(group, request.supported_groups))
+        return _refuse(result, _unsupported(group, request.supported_groups))
     if decision.action == RUN:
         stage_meta = matrix.stage("canary_testing")
         matrix_node = str((stage_meta.metadata if stage_meta else {}).get("canary_node") or "")
@@ -894,7 +950,7 @@ def plan_run(request: RunRequest, *, api: KubeApi) -> Dict[str, Any]:
             ledger_node=state.canary_node if resuming else "",
         )
         if canary.problem:
-            return refuse(f"No canary node: {canary.problem}")
+            return _refuse(result, f"No canary node: {canary.problem}")
         result["canary_node"] = canary.node
         result["canary_node_source"] = canary.source
         if request.stage == "promote":
