@@ -268,40 +268,15 @@ entries:
   elements: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import check_cluster_name
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
-    KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
-    LEDGER_CONFIGMAP,
-    RunRequest,
-    append_cluster_entry,
-    append_file_entry,
-    merge_entries,
-    new_entry_id,
-    parse_iso,
-    plan_run,
-    read_cluster_ledger,
-    read_file_ledger,
-    sample_nodes_now,
-)
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import LEDGER_CONFIGMAP
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger_run import work_on_ledger
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import render_report, report_file_name
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import (
-    HAS_JINJA2,
-    html_file_name,
-    render_html,
-)
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_timeline import resumed_runs
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 
 def argument_spec():
@@ -332,112 +307,6 @@ def argument_spec():
     return spec
 
 
-def record(module, api):
-    params = module.params
-    entry = dict(params["entry"] or {})
-    now = api.server_time()
-    entry.setdefault("id", new_entry_id(str(entry.get("stage") or "run"), now))
-    entry["recorded_at"] = iso(now)
-    entry["cluster"] = api.host
-    if params["cluster_name"]:
-        entry["cluster_name"] = params["cluster_name"]
-    started = entry.get("started_at")
-    if started:
-        entry["duration_seconds"] = round((now - parse_iso(started)).total_seconds(), 1)
-    namespace = params["namespace"] or "gpu-operator"
-    in_cluster = params["record_in_cluster"]
-    entry["ledger"] = {
-        "configmap": f"{namespace}/{params['configmap_name']}",
-        "in_cluster": in_cluster,
-        "file": params["ledger_file"] or "",
-    }
-    # A run that takes up where failed runs of the same stage stopped says so, and the report shows the campaign.
-    # (The ConfigMap only when this entry goes there too: a refusal may come from a cluster that cannot be read.)
-    earlier = merge_entries(
-        read_cluster_ledger(api, namespace=namespace, name=params["configmap_name"]) if in_cluster else [],
-        read_file_ledger(params["ledger_file"] or ""),
-    )
-    resumed = resumed_runs(earlier, entry)
-    if resumed:
-        entry["resumed_runs"] = resumed
-    report = render_report(entry)
-    result = {"entry": entry, "report": report, "changed": False}
-    html = ""
-    if params["report_dir"]:
-        name = report_file_name(str(entry.get("stage")), entry["recorded_at"], cluster=params["cluster_name"])
-        result["report_path"] = os.path.join(params["report_dir"], name)
-        if HAS_JINJA2:
-            html = render_html(entry)
-            result["html_report_path"] = os.path.join(params["report_dir"], html_file_name(name))
-        else:
-            module.warn("Jinja2 is not importable by the module's Python: no HTML report, the Markdown one only.")
-    if module.check_mode:
-        return result
-    if in_cluster:
-        append_cluster_entry(api, entry, namespace=namespace, name=params["configmap_name"])
-        result["changed"] = True
-    if params["ledger_file"]:
-        append_file_entry(params["ledger_file"], entry)
-        result["changed"] = True
-    if params["report_dir"]:
-        write_text_atomically(result["report_path"], report)
-        if html:
-            write_text_atomically(result["html_report_path"], html)
-        result["changed"] = True
-    return result
-
-
-def ledger_action(module):
-    params = module.params
-    action = params["action"]
-    check_cluster_name(params["cluster_name"])
-    api = KubeApi.from_params(params)
-    if action == "plan":
-        request = RunRequest(
-            stage=params["stage"],
-            matrix_path=params["matrix_file"],
-            catalog_path=params["catalog"],
-            namespace=params["namespace"],
-            configmap_name=params["configmap_name"],
-            ledger_file=params["ledger_file"] or "",
-            bake_hours=params["bake_hours"],
-            force_reason=params["force_reason"] or "",
-            canary_node=params["canary_node"] or "",
-            canary_label=params["canary_label"],
-            rollback_to=params["rollback_to"],
-            supported_groups=tuple(params["supported_groups"] or ()),
-            gpu_node_selector=params["gpu_node_selector"],
-            sample_size=params["sample_size"],
-            sample_free_gpus=params["sample_free_gpus"],
-        )
-        result = plan_run(request, api=api)
-        result["api_requests"] = api.requests_sent
-        return dict(result, changed=False)
-    if action == "record":
-        return record(module, api)
-    if action == "sample":
-        chosen = sample_nodes_now(
-            api,
-            gpu_node_selector=params["gpu_node_selector"],
-            size=params["sample_size"],
-            needed=params["sample_free_gpus"],
-            exclude=params["exclude_nodes"],
-        )
-        return {"changed": False, "sample_nodes": chosen}
-    entries = merge_entries(
-        read_cluster_ledger(api, namespace=params["namespace"] or "gpu-operator", name=params["configmap_name"]),
-        read_file_ledger(params["ledger_file"] or ""),
-    )
-    return {"changed": False, "entries": entries}
-
-
-def work_on_ledger(module):
-    try:
-        return ledger_action(module)
-    except OSError as err:  # the ledger file or the report: reported like any other failure
-        raise GpuFleetError(str(err)) from err
-
-
 def main():
     module = AnsibleModule(
         argument_spec=argument_spec(),
@@ -446,7 +315,7 @@ def main():
     )
     run_module(
         module,
-        lambda: work_on_ledger(module),
+        lambda: work_on_ledger(module.params, check_mode=module.check_mode, warn=module.warn),
         failure=f"Failed to {module.params['action']} the upgrade ledger",
         missing=missing_libraries(),
     )
