@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import xml.etree.ElementTree as ET
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -245,11 +246,14 @@ def write_reports(
 ) -> Tuple[Dict[str, str], bool]:
     """Write each report whose content differs from the file there; return the paths and whether any changed.
 
-    Each file is replaced atomically (a reader never sees half a report).
+    Each file is replaced atomically (a reader never sees half a report). A report that differs only in its
+    times (when the audit ran) is written but is no change: an audit of an unchanged cluster changes nothing.
     """
     names = report_files(cluster)
     paths = {kind: os.path.join(directory, names[kind]) for kind in reports}
-    stale = [kind for kind in reports if _read(paths[kind]) != reports[kind]]
+    before = {kind: _read(paths[kind]) for kind in reports}
+    stale = [kind for kind in reports if before[kind] != reports[kind]]
+    changed = any(_TIMES.sub("", before[kind]) != _TIMES.sub("", reports[kind]) for kind in stale)
     if stale and not check_mode:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         for kind in stale:
@@ -258,7 +262,11 @@ def write_reports(
                 stream.write(reports[kind])
             os.chmod(temporary, 0o644)
             os.replace(temporary, paths[kind])
-    return paths, bool(stale)
+    return paths, changed
+
+
+# ISO 8601 times (the check time in every report format), set aside when deciding whether a report changed.
+_TIMES = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
 
 
 def _read(path: str) -> str:

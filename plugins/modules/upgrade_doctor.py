@@ -32,6 +32,7 @@ attributes:
     description: Diagnoses the same and lists each action it would take (evictions go as dry runs); writes nothing.
   diff_mode:
     support: none
+    description: The remediation changes labels, evicts pods and records Events; no object diff is shown.
 options:
   remediate:
     description: Take the remediations the diagnosis offers (bounded by O(max_actions)).

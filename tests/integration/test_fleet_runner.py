@@ -90,7 +90,7 @@ def test_audit_of_three_clusters_names_each_and_the_one_that_drifted(fleet, tmp_
         assert report["cluster_name"] == name
         assert (results / f"audit-{name}.md").read_text().startswith(f"# GPU cluster audit: {name}")
         assert sorted(next(e for e in summary["clusters"] if e["cluster"] == name)["reports"]) == sorted(
-            str(results / f"audit-{name}.{extension}") for extension in ("json", "md", "xml")
+            str(results / f"audit-{name}.{extension}") for extension in ("html", "json", "md", "xml")
         )
         # Each cluster was read by its own run only: the twin's recorder counts its requests.
         served = fleet[name].report()["requests"]["total"]
