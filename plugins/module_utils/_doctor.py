@@ -820,17 +820,23 @@ def _upgrade_required(
     )
 
 
-def _check_not_ready(
-    view: ClusterView,
-    finding: Finding,
-    node: Mapping[str, Any],
-    driver_pod: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
-    *,
-    policy: Mapping[str, Any],
-    options: DoctorOptions,
-) -> bool:
+@dataclass(frozen=True)
+class _StuckNode:
+    """A node in an upgrade state, with what the checks of _in_progress read about it."""
+
+    view: ClusterView
+    finding: Finding
+    node: Mapping[str, Any]
+    driver_pod: Mapping[str, Any]
+    pods: Sequence[Mapping[str, Any]]
+    policy: Mapping[str, Any]
+    options: DoctorOptions
+
+
+def _check_not_ready(stuck: _StuckNode) -> bool:
     """A NotReady node: nothing moves on it until it is Ready again."""
+    finding = stuck.finding
+    node = stuck.node
     if node_is_not_ready(node):
         _set(finding, "node_not_ready", "the node's Ready condition is not True", {"ready": node_ready_status(node)})
         finding.since = finding.since or _ready_since(node)
@@ -838,17 +844,13 @@ def _check_not_ready(
     return False
 
 
-def _check_driver_crashloop(
-    view: ClusterView,
-    finding: Finding,
-    node: Mapping[str, Any],
-    driver_pod: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
-    *,
-    policy: Mapping[str, Any],
-    options: DoctorOptions,
-) -> bool:
+def _check_driver_crashloop(stuck: _StuckNode) -> bool:
     """A crash-looping driver pod, or GPU consumers without requests holding the driver."""
+    view = stuck.view
+    finding = stuck.finding
+    driver_pod = stuck.driver_pod
+    pods = stuck.pods
+    options = stuck.options
     state = finding.state
     restarts, reason, message = _container_problem(driver_pod)
     if restarts > 0 and state in ("pod-restart-required", "upgrade-failed"):
@@ -878,17 +880,11 @@ def _check_driver_crashloop(
     return False
 
 
-def _check_waiting_for_jobs(
-    view: ClusterView,
-    finding: Finding,
-    node: Mapping[str, Any],
-    driver_pod: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
-    *,
-    policy: Mapping[str, Any],
-    options: DoctorOptions,
-) -> bool:
+def _check_waiting_for_jobs(stuck: _StuckNode) -> bool:
     """wait-for-jobs-required: the pods (and their Jobs) the policy waits for."""
+    finding = stuck.finding
+    pods = stuck.pods
+    policy = stuck.policy
     state = finding.state
     if state == "wait-for-jobs-required":
         selector = str((policy.get("waitForCompletion") or {}).get("podSelector") or "")
@@ -919,17 +915,12 @@ def _check_waiting_for_jobs(
     return False
 
 
-def _check_eviction(
-    view: ClusterView,
-    finding: Finding,
-    node: Mapping[str, Any],
-    driver_pod: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
-    *,
-    policy: Mapping[str, Any],
-    options: DoctorOptions,
-) -> bool:
+def _check_eviction(stuck: _StuckNode) -> bool:
     """A drain or pod deletion that PDBs or the drain settings refuse."""
+    view = stuck.view
+    finding = stuck.finding
+    pods = stuck.pods
+    policy = stuck.policy
     name = finding.node
     state = finding.state
     if state in ("pod-deletion-required", "drain-required", "upgrade-failed"):
@@ -959,17 +950,11 @@ def _check_eviction(
     return False
 
 
-def _check_validator(
-    view: ClusterView,
-    finding: Finding,
-    node: Mapping[str, Any],
-    driver_pod: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
-    *,
-    policy: Mapping[str, Any],
-    options: DoctorOptions,
-) -> bool:
+def _check_validator(stuck: _StuckNode) -> bool:
     """A missing or failing validator."""
+    view = stuck.view
+    finding = stuck.finding
+    pods = stuck.pods
     name = finding.node
     state = finding.state
     if state in ("validation-required", "upgrade-failed"):
@@ -1002,17 +987,13 @@ def _check_validator(
     return False
 
 
-def _check_failed_or_restart(
-    view: ClusterView,
-    finding: Finding,
-    node: Mapping[str, Any],
-    driver_pod: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
-    *,
-    policy: Mapping[str, Any],
-    options: DoctorOptions,
-) -> bool:
+def _check_failed_or_restart(stuck: _StuckNode) -> bool:
     """An upgrade-failed node with no cause left, or a driver restart held by GPU consumers."""
+    view = stuck.view
+    finding = stuck.finding
+    driver_pod = stuck.driver_pod
+    pods = stuck.pods
+    options = stuck.options
     name = finding.node
     state = finding.state
     if state == "upgrade-failed":
@@ -1046,9 +1027,17 @@ def _in_progress(
     options: DoctorOptions,
 ) -> None:
     """The cause of a node stuck in an upgrade state: the first check that recognises it sets the finding."""
-    pods = view.pods_by_node.get(finding.node, [])
+    stuck = _StuckNode(
+        view=view,
+        finding=finding,
+        node=node,
+        driver_pod=driver_pod,
+        pods=view.pods_by_node.get(finding.node, []),
+        policy=policy,
+        options=options,
+    )
     for check in _IN_PROGRESS_CHECKS:
-        if check(view, finding, node, driver_pod, pods, policy=policy, options=options):
+        if check(stuck):
             return
 
 
