@@ -140,7 +140,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._snapshot import SnapshotSettings, take_snapshot
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 
 def argument_spec():
@@ -171,7 +171,8 @@ def snapshot(module):
         max_objects=params["max_objects"],
     )
     api = KubeApi.from_params(params)
-    return take_snapshot(api, settings=settings, check_mode=module.check_mode, taken_at=iso(utc_now()))
+    # One clock: the snapshot is dated by the API server, as every timestamp the collection writes.
+    return take_snapshot(api, settings=settings, check_mode=module.check_mode, taken_at=iso(api.cluster_now()))
 
 
 def main():
