@@ -321,7 +321,7 @@ class ArgoCDController:
                 entry.update(status="OutOfSync", health={"status": "Missing"})
             else:
                 differing = diff.differences(
-                    resource.desired,
+                    self._target(app, resource),
                     resource.live,
                     last_applied=memory.applied.get(resource.key) or _last_applied(resource.live),
                     server_side=server_side,
@@ -436,17 +436,24 @@ class ArgoCDController:
             results.append(result)
         return results, failed
 
-    def _apply(self, app: Obj, memory: _AppMemory, resource: _Resource, *, server_side: bool) -> str:
+    @staticmethod
+    def _target(app: Obj, resource: _Resource) -> Obj:
+        """The manifest as the controller applies it: its namespace and the tracking annotation set."""
         assert resource.desired is not None
-        desired = json.loads(json.dumps(resource.desired))
-        meta = desired.setdefault("metadata", {})
+        target = json.loads(json.dumps(resource.desired))
+        meta = target.setdefault("metadata", {})
         if resource.namespace:
             meta["namespace"] = resource.namespace
-        annotations = meta.setdefault("annotations", {})
         group_kind = f"{resource.rtype.group}/{resource.rtype.kind}"
-        annotations[diff.TRACKING_ANNOTATION] = (
+        meta.setdefault("annotations", {})[diff.TRACKING_ANNOTATION] = (
             f"{app['metadata']['name']}:{group_kind}:{resource.namespace or ''}/{resource.name}"
         )
+        return target
+
+    def _apply(self, app: Obj, memory: _AppMemory, resource: _Resource, *, server_side: bool) -> str:
+        assert resource.desired is not None
+        desired = self._target(app, resource)
+        annotations = desired["metadata"]["annotations"]
         if not server_side:
             annotations[diff.LAST_APPLIED] = json.dumps(resource.desired, sort_keys=True, separators=(",", ":"))
         self._ensure_namespace(app, resource)

@@ -36,8 +36,9 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 TRACKING_ANNOTATION = "argocd.argoproj.io/tracking-id"
 # metadata keys a manifest may set that are compared (the rest is the server's or ignored).
 _COMPARED_METADATA = ("labels", "annotations")
-# Annotations the controller itself writes, not part of the comparison.
-_OWN_ANNOTATIONS = frozenset({LAST_APPLIED, TRACKING_ANNOTATION})
+# The annotation of a client-side apply is not compared (the tracking annotation is: Argo CD sets it on the
+# target object before comparing, so an object that lacks it is OutOfSync until a sync adopts it).
+_OWN_ANNOTATIONS = frozenset({LAST_APPLIED})
 
 
 def _escape(token: str) -> str:
