@@ -302,6 +302,26 @@ def test_server_side_apply_shows_crd_defaults_as_drift_until_ignored(tmp_path: p
         current["spec"]["syncPolicy"].pop("syncOptions")
         cluster.store.update(app_type(cluster), current)
         assert await cluster.wait_until(lambda: synced_at(cluster, first), sim_seconds=30)
+        # A field the CRD schema prunes (the ClusterPolicy has no spec.driver.nodeSelector) never arrives.
+        policy = clusterpolicy()
+        policy["spec"]["driver"]["nodeSelector"] = {"pool": "canary"}
+        pruned = repo.commit({"gpu/clusterpolicy.yaml": policy})
+        await cluster.run_for(190, step=10)
+        status = get_app(cluster)["status"]
+        assert status["sync"]["revision"] == pruned and status["operationState"]["phase"] == "Succeeded"
+        assert status["sync"]["status"] == "OutOfSync"
+        assert status["resources"][0]["diff"] == ["/spec/driver/nodeSelector"]
+        assert "nodeSelector" not in get_policy(cluster)["spec"]["driver"]
+        # A manifest the API refuses: the operation fails and names the reason.
+        policy = clusterpolicy()
+        policy["spec"]["driver"]["upgradePolicy"]["maxParallelUpgrades"] = "many"
+        refused = repo.commit({"gpu/clusterpolicy.yaml": policy})
+        await cluster.run_for(190, step=10)
+        state = get_app(cluster)["status"]["operationState"]
+        assert state["phase"] == "Failed" and state["syncResult"]["revision"] == refused
+        assert state["message"].startswith("one or more objects failed to apply, reason: ")
+        assert "maxParallelUpgrades" in state["message"]
+        assert state["syncResult"]["resources"][0]["status"] == "SyncFailed"
 
     run(scenario, real_crd=True)
 
@@ -334,3 +354,61 @@ def test_git_reader_resolves_tags_shas_and_multi_document_files(tmp_path: pathli
     assert argocd_diff.jq_path_to_pointer('.metadata.annotations["a/b"]') == "/metadata/annotations/a~1b"
     with pytest.raises(ValueError):
         argocd_diff.jq_path_to_pointer(".spec.x | select(. == 1)")
+
+
+def test_manual_sync_operation_refresh_and_prune(tmp_path: pathlib.Path) -> None:
+    repo = Repo(tmp_path / "repo")
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-notes"}, "data": {"a": "1"}}
+    first = repo.commit({"gpu/clusterpolicy.yaml": clusterpolicy(), "gpu/notes.yaml": configmap})
+    second = repo.commit({"gpu/notes.yaml": {**configmap, "data": {"a": "2"}}})
+
+    async def scenario(cluster: SimCluster, controller: argocd.ArgoCDController, faults: FaultInjector) -> None:
+        app = application(repo.path, syncPolicy={"syncOptions": ["CreateNamespace=true"]})
+        app["spec"]["destination"]["namespace"] = "gitops-test"
+        cluster.store.create(app_type(cluster), app)
+        await cluster.run_for(5)
+        status = get_app(cluster)["status"]
+        assert status["sync"]["status"] == "OutOfSync" and status["sync"]["revision"] == second
+        assert status["health"]["status"] == "Missing"
+        assert "operationState" not in status
+        # argocd app sync --revision <first>: that revision's manifests; the app stays OutOfSync (target is main).
+        current = get_app(cluster)
+        current["operation"] = {"sync": {"revision": first}, "initiatedBy": {"username": "admin"}}
+        cluster.store.update(app_type(cluster), current)
+        await cluster.run_for(5)
+        current = get_app(cluster)
+        assert "operation" not in current
+        state = current["status"]["operationState"]
+        assert state["phase"] == "Succeeded" and state["syncResult"]["revision"] == first
+        assert state["operation"]["initiatedBy"] == {"username": "admin"}
+        assert {r["kind"]: r["status"] for r in state["syncResult"]["resources"]} == {
+            "ClusterPolicy": "Synced",
+            "ConfigMap": "Synced",
+        }
+        assert cluster.store.get(cluster.kinds.configmap, "gitops-test", "gpu-notes")["data"] == {"a": "1"}
+        assert current["status"]["sync"]["status"] == "OutOfSync"
+        # The next commit drops the ConfigMap; a refresh annotation compares at once and is removed.
+        third = repo.commit({"gpu/notes.yaml": "# nothing here any more\n"})
+        current["metadata"].setdefault("annotations", {})[argocd.REFRESH_ANNOTATION] = "normal"
+        cluster.store.update(app_type(cluster), current)
+        await cluster.run_for(2)
+        current = get_app(cluster)
+        assert argocd.REFRESH_ANNOTATION not in (current["metadata"].get("annotations") or {})
+        assert current["status"]["sync"]["revision"] == third
+        pruning = [r for r in current["status"]["resources"] if r.get("requiresPruning")]
+        assert [(r["kind"], r["name"]) for r in pruning] == [("ConfigMap", "gpu-notes")]
+        # A sync without prune leaves it (PruneSkipped); with prune it is deleted and the app is Synced.
+        current["operation"] = {"sync": {}, "initiatedBy": {"username": "admin"}}
+        cluster.store.update(app_type(cluster), current)
+        await cluster.run_for(3)
+        results = get_app(cluster)["status"]["operationState"]["syncResult"]["resources"]
+        assert {r["kind"]: r["status"] for r in results}["ConfigMap"] == "PruneSkipped"
+        assert cluster.store.try_get(cluster.kinds.configmap, "gitops-test", "gpu-notes") is not None
+        current = get_app(cluster)
+        current["operation"] = {"sync": {"prune": True}, "initiatedBy": {"username": "admin"}}
+        cluster.store.update(app_type(cluster), current)
+        assert await cluster.wait_until(lambda: synced_at(cluster, third), sim_seconds=10)
+        assert cluster.store.try_get(cluster.kinds.configmap, "gitops-test", "gpu-notes") is None
+        assert [h["revision"] for h in get_app(cluster)["status"]["history"]] == [first, third, third]
+
+    run(scenario)

@@ -31,13 +31,16 @@ Usage
   objects carry the tracking annotation ``argocd.argoproj.io/tracking-id: <app>:<group>/<kind>:<ns>/<name>``
   (Argo CD 3.x's default annotation tracking) and, without ServerSideApply, the
   ``kubectl.kubernetes.io/last-applied-configuration`` annotation of a client-side apply.
-- Timing: the repository is polled every ``poll_seconds`` simulated seconds, 180 by default (Argo CD's
-  ``timeout.reconciliation``, argocd-cm, default 180 s; docs "Reconciliation Optimization" / FAQ "How often
-  does Argo CD check for changes to my Git repository?").  A change to an Application, its refresh
-  annotation or a change to a live object it manages is compared at once against the last resolved
-  revision (the real controller watches managed resources); selfHeal re-syncs 5 s after a sync
-  (``--self-heal-timeout-seconds``).  Tests speed it up with the refresh annotation, ``POST
-  /admin/clock/advance {"seconds": 180}``, or a shorter ``argocd_poll``.
+- Timing: the repository is polled every ``poll_seconds`` simulated seconds, 180 by default: Argo CD
+  re-reads Git on each application resync, ``timeout.reconciliation`` in argocd-cm (the controller's
+  ``--app-resync``), 180 s up to 2.x and 120 s plus up to 60 s of jitter (``--app-resync-jitter``) in 3.x
+  (argo-cd.readthedocs.io, operator-manual/server-commands/argocd-application-controller, release-2.9 and
+  release-3.4; the webhook page: "polls Git repositories every three minutes"): 180 s is the longest a
+  commit waits, without jitter so runs repeat.  A change to an Application, its refresh annotation or a
+  change to a live object it manages is compared at once against the last resolved revision (the real
+  controller watches managed resources); selfHeal re-syncs drift 5 s after the last sync (2.x's
+  ``--self-heal-timeout-seconds``; 3.x backs off from 2 s).  Tests speed it up with the refresh
+  annotation, ``POST /admin/clock/advance {"seconds": 180}``, or a shorter ``argocd_poll``.
 - Faults (``sim/faults.py``): ``argocd_sync_stalls`` {application?, namespace="argocd", mode="sync"}: no
   sync runs for the Application (every one when ``application`` is absent), automated or requested; with
   ``mode: controller`` the controller stops reconciling it altogether (status frozen, ``reconciledAt``
