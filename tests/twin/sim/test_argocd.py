@@ -296,6 +296,18 @@ def test_server_side_apply_shows_crd_defaults_as_drift_until_ignored(tmp_path: p
         ]
         cluster.store.update(app_type(cluster), current)
         assert await cluster.wait_until(lambda: synced_at(cluster, first), sim_seconds=10)
+        # With selfHeal and no ignore rule, the drift that never goes away is synced again and again, backing off.
+        current = get_app(cluster)
+        rules = current["spec"].pop("ignoreDifferences")
+        current["spec"]["syncPolicy"]["automated"]["selfHeal"] = True
+        cluster.store.update(app_type(cluster), current)
+        await cluster.run_for(60, step=2)
+        attempts = get_app(cluster)["status"]["operationState"]["operation"]["sync"]["autoHealAttemptsCount"]
+        assert 3 <= attempts <= 5, attempts  # at once, then 2 s, 6 s, 18 s, 54 s apart (not every few seconds)
+        current = get_app(cluster)
+        current["spec"]["ignoreDifferences"] = rules
+        cluster.store.update(app_type(cluster), current)
+        assert await cluster.wait_until(lambda: synced_at(cluster, first), sim_seconds=10)
         # Without ServerSideApply (the legacy diff) the defaulted fields are no difference at all.
         current = get_app(cluster)
         current["spec"].pop("ignoreDifferences")
@@ -351,6 +363,7 @@ def test_git_reader_resolves_tags_shas_and_multi_document_files(tmp_path: pathli
         argocd_git.read_manifests(url, first, "nope")
     with pytest.raises(argocd_git.SourceError, match="not reachable"):
         argocd_git.resolve_revision("https://github.com/example/repo.git", "main")
+    assert [argocd.self_heal_delay(n) for n in range(8)] == [0, 2, 6, 18, 54, 162, 300, 300]
     assert argocd_diff.jq_path_to_pointer('.metadata.annotations["a/b"]') == "/metadata/annotations/a~1b"
     with pytest.raises(ValueError):
         argocd_diff.jq_path_to_pointer(".spec.x | select(. == 1)")

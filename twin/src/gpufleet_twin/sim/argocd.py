@@ -38,8 +38,10 @@ Usage
   release-3.4; the webhook page: "polls Git repositories every three minutes"): 180 s is the longest a
   commit waits, without jitter so runs repeat.  A change to an Application, its refresh annotation or a
   change to a live object it manages is compared at once against the last resolved revision (the real
-  controller watches managed resources); selfHeal re-syncs drift 5 s after the last sync (2.x's
-  ``--self-heal-timeout-seconds``; 3.x backs off from 2 s).  Tests speed it up with the refresh
+  controller watches managed resources); selfHeal re-syncs drift at once after a sync, then backs off 2 s,
+  6 s, 18 s... up to 300 s between attempts at one revision (``--self-heal-backoff-*``, counted in
+  ``operation.sync.autoHealAttemptsCount``).  An automated sync that failed is not retried at the same
+  revision (a SyncError condition ``Failed last sync attempt to [<sha>]: ...``).  Tests speed it up with the refresh
   annotation, ``POST /admin/clock/advance {"seconds": 180}``, or a shorter ``argocd_poll``.
 - Faults (``sim/faults.py``): ``argocd_sync_stalls`` {application?, namespace="argocd", mode="sync"}: no
   sync runs for the Application (every one when ``application`` is absent), automated or requested; with
@@ -48,12 +50,14 @@ Usage
   ``repoURL`` is absent): sync status Unknown with a ComparisonError condition.  Both end when removed
   (``DELETE /admin/faults``) or after ``duration``.
 
-Modelled on Argo CD 3.x: ``controller/appcontroller.go`` (refresh, auto-sync: once per revision unless
-selfHeal, prune only when allowed), ``controller/state.go`` (comparison, conditions), gitops-engine's
-``pkg/health`` (Deployment, DaemonSet, StatefulSet, Pod checks; a custom resource without a health check,
-such as NVIDIA's ClusterPolicy, has no health and does not affect the Application's) and ``pkg/diff``
+Modelled on Argo CD 3.x: ``controller/appcontroller.go`` (refresh; ``autoSync``: once per revision unless
+selfHeal with its back-off, no retry of a failed revision, prune only when allowed), ``controller/state.go``
+(comparison, conditions), gitops-engine's ``pkg/health`` (Deployment, DaemonSet, StatefulSet, Pod checks;
+a custom resource without a health check, such as NVIDIA's ClusterPolicy, has no health and does not
+affect the Application's) and ``pkg/diff``
 (``argocd_diff``).  Not modelled: Helm/Kustomize/Jsonnet/plugin sources, multiple sources, remote
-repositories and credentials, AppProjects, sync waves and hooks, retries (``syncPolicy.retry``), sync
+repositories and credentials, AppProjects, sync waves and hooks, retries (``syncPolicy.retry`` and the
+automated sync's default of 5), sync
 windows, ``RespectIgnoreDifferences``, Replace/Force, and the webhook.
 """
 
@@ -90,7 +94,9 @@ GROUP = "argoproj.io"
 API_VERSION = f"{GROUP}/v1alpha1"
 FIELD_MANAGER = "argocd-controller"
 POLL_SECONDS = 180.0
-SELF_HEAL_SECONDS = 5.0
+# selfHeal's back-off between attempts at the same revision: --self-heal-backoff-timeout-seconds 2,
+# --self-heal-backoff-factor 3, --self-heal-backoff-cap-seconds 300 (cmd/argocd-application-controller).
+SELF_HEAL_BACKOFF = (2.0, 3.0, 300.0)
 REFRESH_ANNOTATION = "argocd.argoproj.io/refresh"
 IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 CRD_FILE = Path(__file__).resolve().parent.parent / "crds" / "argocd" / "argoproj.io_applications.yaml"
@@ -105,8 +111,8 @@ class _AppMemory:
     revision: str | None = None  # last resolved commit
     manifests: Manifests | None = None
     polled_at: float = 0.0
-    auto_synced_revision: str | None = None  # the revision an automated sync last ran for
-    last_sync_at: float | None = None
+    finished_at: float | None = None  # when the last operation finished
+    heal_due: float | None = None  # when selfHeal may sync again (its back-off)
     applied: dict[tuple[str, str, str, str], Obj] = field(default_factory=dict)  # key -> last applied manifest
 
 
@@ -173,12 +179,8 @@ class ArgoCDController:
     def _next_due(self) -> float:
         now = self.clock.now()
         due = [m.polled_at + self.poll_seconds - now for m in self.memory.values()]
-        # selfHeal's timeout after a sync, while it is still ahead.
-        due += [
-            m.last_sync_at + SELF_HEAL_SECONDS - now
-            for m in self.memory.values()
-            if m.last_sync_at is not None and now - m.last_sync_at < SELF_HEAL_SECONDS
-        ]
+        # selfHeal's back-off, while it is still ahead.
+        due += [m.heal_due - now for m in self.memory.values() if m.heal_due is not None and m.heal_due > now]
         return max(0.5, min(due, default=self.poll_seconds))
 
     def reconcile_all(self) -> None:
@@ -232,7 +234,9 @@ class ArgoCDController:
             "revision": memory.revision,
             "comparedTo": {"source": app["spec"].get("source") or {}, "destination": app["spec"].get("destination")},
         }
-        operation = self._operation_to_run(app, memory, sync_status, compared)
+        operation, refused = self._operation_to_run(app, memory, sync_status, compared)
+        if refused is not None:
+            conditions.append(self._condition("SyncError", refused, app))
         if operation is not None:
             self._write_status(app, status, conditions, sync_status=None, refresh=bool(refresh))
             self._sync(app, memory, operation, resources)
@@ -344,33 +348,40 @@ class ArgoCDController:
         return sorted(out, key=lambda e: (e["group"], e["kind"], e.get("namespace", ""), e["name"]))
 
     # -- sync --------------------------------------------------------------------------------------------
-    def _operation_to_run(self, app: Obj, memory: _AppMemory, sync_status: str, compared: list[Obj]) -> Obj | None:
+    def _operation_to_run(
+        self, app: Obj, memory: _AppMemory, sync_status: str, compared: list[Obj]
+    ) -> tuple[Obj | None, str | None]:
+        """The sync to run now (requested, or automated as ``autoSync`` decides), and a SyncError message."""
         requested = app.get("operation")
         if "sync" in self._stall_modes(app):
-            return None
+            return None, None
         if isinstance(requested, dict) and requested.get("sync") is not None:
-            return requested
+            return requested, None
         automated = ((app.get("spec") or {}).get("syncPolicy") or {}).get("automated")
         if automated is None or sync_status != "OutOfSync" or (automated.get("enabled") is False):
-            return None
+            return None, None
         only_pruning = all(r["status"] == "Synced" or r.get("requiresPruning") for r in compared)
         if only_pruning and not automated.get("prune"):
-            return None
-        if memory.auto_synced_revision == memory.revision:
-            # Argo CD syncs a revision automatically once; selfHeal re-syncs drift after its timeout.
+            return None, None
+        sync: Obj = {"revision": memory.revision, "prune": bool(automated.get("prune"))}
+        last = (app.get("status") or {}).get("operationState") or {}
+        if (last.get("syncResult") or {}).get("revision") == memory.revision:
+            # Already attempted: a failed attempt is not retried; a successful one is redone only by selfHeal,
+            # after its back-off (autoHealAttemptsCount attempts so far at this revision).
+            if last.get("phase") in ("Failed", "Error"):
+                return None, f"Failed last sync attempt to [{memory.revision}]: {last.get('message', '')}"
             if not automated.get("selfHeal"):
-                return None
-            if memory.last_sync_at is not None and self.clock.now() - memory.last_sync_at < SELF_HEAL_SECONDS:
-                return None
-        return {
-            "sync": {"revision": memory.revision, "prune": bool(automated.get("prune"))},
-            "initiatedBy": {"automated": True},
-        }
+                return None, None
+            attempts = int((((last.get("operation") or {}).get("sync") or {}).get("autoHealAttemptsCount")) or 0)
+            memory.heal_due = (memory.finished_at or 0.0) + self_heal_delay(attempts)
+            if memory.heal_due > self.clock.now():
+                return None, None
+            sync["autoHealAttemptsCount"] = attempts + 1
+        return {"sync": sync, "initiatedBy": {"automated": True}}, None
 
     def _sync(self, app: Obj, memory: _AppMemory, operation: Obj, resources: list[_Resource]) -> None:
         started = self.clock.iso()
         sync = operation.get("sync") or {}
-        automated = bool((operation.get("initiatedBy") or {}).get("automated"))
         target = str(sync.get("revision") or memory.revision or "")
         try:
             if target != memory.revision:
@@ -380,13 +391,12 @@ class ArgoCDController:
                 at_revision = _AppMemory(applied=memory.applied, revision=target, manifests=self._load_at(app, target))
                 resources = self._resources(app, at_revision)
         except SourceError as problem:
+            memory.finished_at = self.clock.now()
             self._finish(app, operation, started=started, phase="Error", message=f"ComparisonError: {problem}")
             return
         self._set_phase(app, operation, started, target)
         results, failed = self._apply_all(app, memory, resources, target, prune=bool(sync.get("prune")))
-        memory.last_sync_at = self.clock.now()
-        if automated:
-            memory.auto_synced_revision = memory.revision
+        memory.finished_at = self.clock.now()
         if failed:
             message = f"one or more objects failed to apply, reason: {failed[0]}"
             self._finish(
@@ -621,6 +631,14 @@ class ArgoCDController:
             return json_response(self.describe())
 
         return [("GET", "/admin/argocd", protected(self.twin.token, show))]
+
+
+def self_heal_delay(attempts: int) -> float:
+    """Seconds selfHeal waits after ``attempts`` heals at one revision (``wait.Backoff`` 2 s x3, capped at 300 s)."""
+    if attempts <= 0:
+        return 0.0
+    initial, factor, cap = SELF_HEAL_BACKOFF
+    return min(initial * factor ** (attempts - 1), cap)
 
 
 def _sync_options(app: Obj) -> list[str]:
