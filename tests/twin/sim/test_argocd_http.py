@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
-import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ import kubernetes
 import pytest
 import yaml
 from test_argocd import Repo
+from test_network_operator_http import kubectl
 
 from gpufleet_twin.process import TwinProcess, start_twin
 from gpufleet_twin.sim import argocd
@@ -34,19 +34,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinProcess]:
     twin = start_twin(nodes=1, profile="openshift", time_scale=5, argocd=True, workdir=tmp_path_factory.mktemp("argo"))
     yield twin
     assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
-
-
-def kubectl(twin: TwinProcess, *args: str, stdin: str | None = None) -> str:
-    out = subprocess.run(
-        ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=60,
-    )
-    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-    return out.stdout
 
 
 def custom(twin: TwinProcess) -> kubernetes.client.CustomObjectsApi:
