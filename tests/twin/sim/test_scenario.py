@@ -59,6 +59,9 @@ def test_scenario_file_round_trip(tmp_path: Path) -> None:
         ("gpu: {model: H100}\n", "'gpu' takes only"),
         ("faults:\n  - type: reboot\n", "fault #1: fault reboot needs 'node'"),
         ("- just\n- a list\n", "expected a mapping"),
+        ("argocd: {poll: 30}\n", "argocd: unknown keys \\['poll'\\]"),
+        ("argocd: yes please\n", "argocd is true, false or a mapping"),
+        ("faults:\n  - type: argocd_sync_stalls\n    mode: forever\n", "mode must be one of sync, controller"),
     ],
 )
 def test_bad_scenarios_name_the_problem(text: str, problem: str) -> None:
@@ -155,5 +158,36 @@ def test_distributed_training_is_opt_in_by_scenario_key_or_option(tmp_path: Path
             if found is not None:
                 assert twin.store.get(kinds.pdb, "ml-training", "dist-train")["spec"]["maxUnavailable"] == 1
                 assert twin.store.get(kinds.service, "ml-training", "dist-train")["spec"]["clusterIP"] == "None"
+
+    asyncio.run(check())
+
+
+def test_argocd_is_opt_in_by_scenario_key_or_option(tmp_path: Path) -> None:
+    """Off by default (no Application kind, no argocd namespace); on with the option or the scenario key, whose
+    poll and faults reach the controller (a scenario's Argo CD fault is applied once the controller exists)."""
+    path = tmp_path / "argo.yaml"
+    path.write_text(
+        "nodes: 1\nprofile: kubernetes\nargocd: {poll_seconds: 30}\n"
+        "faults:\n  - type: argocd_sync_stalls\n    application: gpu\n"
+    )
+
+    async def check() -> None:
+        for options in (
+            {"nodes": 1, "profile": "kubernetes"},
+            {"nodes": 1, "profile": "kubernetes", "argocd": True, "argocd_poll": 60},
+            {"nodes": 1, "profile": "kubernetes", "scenario": str(path)},
+        ):
+            twin = create_twin()
+            populate(twin, options)
+            kinds = Kinds.from_registry(twin.registry)
+            enabled = twin.registry.get("argoproj.io", "applications") is not None
+            assert enabled == (len(options) > 2), options
+            assert (twin.store.try_get(kinds.namespace, None, "argocd") is not None) == enabled
+            assert (twin.sim.argocd is not None) == enabled
+            if "scenario" in options:
+                assert twin.sim.argocd.poll_seconds == 30
+                assert twin.sim.argocd.stalled == {"argocd/gpu": ["sync"]}
+            elif enabled:
+                assert twin.sim.argocd.poll_seconds == 60
 
     asyncio.run(check())
