@@ -201,6 +201,15 @@ def test_stall_keeps_the_old_revision_live_and_repo_fault_gives_comparison_error
         faults.clear()
         await cluster.run_for(200, step=10)
         assert synced_at(cluster, second) and "conditions" not in get_app(cluster)["status"]
+        # mode controller: the controller stops reconciling the Application; its status freezes.
+        frozen = faults.add({"type": "argocd_sync_stalls", "mode": "controller", "duration": 400})
+        before = get_app(cluster)["status"]
+        third = repo.commit({"gpu/clusterpolicy.yaml": clusterpolicy("580.65.06")})
+        await cluster.run_for(390, step=10)
+        assert get_app(cluster)["status"] == before  # reconciledAt too: nothing moves
+        await cluster.run_for(20, step=10)
+        assert frozen.state == "done"
+        assert await cluster.wait_until(lambda: synced_at(cluster, third), sim_seconds=200, step=10)
 
     run(scenario)
 
