@@ -167,6 +167,10 @@ def test_auto_sync_follows_the_branch_and_records_who_wrote(tmp_path: pathlib.Pa
         assert await cluster.wait_until(lambda: synced_at(cluster, second), sim_seconds=120, step=5)
         live = get_policy(cluster)
         assert live["spec"]["driver"]["version"] == "570.86.15"
+        events = [(e["reason"], e["message"]) for e in cluster.events() if e["involvedObject"]["kind"] == "Application"]
+        assert ("OperationStarted", f"Initiated automated sync to '{second}'") in events
+        assert ("OperationCompleted", f"Sync operation to {second} succeeded") in events
+        assert ("ResourceUpdated", "Updated sync status: Synced -> OutOfSync") in events
         writes = cluster.sim.recorder.report()["writes_by_field_manager"]["argocd-controller"]
         assert writes == {"create clusterpolicies.nvidia.com": 1, "patch clusterpolicies.nvidia.com": 1}
         assert [w["verb"] for w in controller.describe()["writes"]] == ["create", "patch"]

@@ -526,7 +526,30 @@ class ArgoCDController:
         return obj
 
     # -- status ------------------------------------------------------------------------------------------
+    def _event(self, app: Obj, reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event on the Application, as the controller's ``logAppEvent`` records them."""
+        events = getattr(self.twin.sim, "events", None)
+        if events is None:
+            return
+        meta = app["metadata"]
+        involved = {
+            "apiVersion": API_VERSION,
+            "kind": "Application",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+        }
+        events.record(
+            involved,
+            reason=reason,
+            message=message,
+            component="argocd-application-controller",
+            event_type="Warning" if warning else "Normal",
+        )
+
     def _set_phase(self, app: Obj, operation: Obj, started: str, revision: str) -> None:
+        automated = bool((operation.get("initiatedBy") or {}).get("automated"))
+        self._event(app, "OperationStarted", f"Initiated {'automated ' if automated else ''}sync to '{revision}'")
         state = {
             "operation": _operation_record(operation),
             "phase": "Running",
@@ -548,6 +571,10 @@ class ArgoCDController:
         results: list[Obj] | None = None,
     ) -> None:
         finished = self.clock.iso()
+        outcome = "succeeded" if phase == "Succeeded" else f"failed: {message}"
+        self._event(
+            app, "OperationCompleted", f"Sync operation to {target or ''} {outcome}", warning=phase != "Succeeded"
+        )
         source = (app.get("spec") or {}).get("source") or {}
         state: Obj = {
             "operation": _operation_record(operation),
@@ -586,6 +613,12 @@ class ArgoCDController:
             status["sync"] = sync
         # None removes the field in the merge patch below.
         status["conditions"] = conditions or None
+        before = app.get("status") or {}
+        for what, field_name in (("sync", "sync"), ("health", "health")):
+            old = (before.get(field_name) or {}).get("status")
+            new = (status.get(field_name) or {}).get("status")
+            if old and new and old != new:
+                self._event(app, "ResourceUpdated", f"Updated {what} status: {old} -> {new}")
         patch: Obj = {"status": status}
         if refresh:
             patch["metadata"] = {"annotations": {REFRESH_ANNOTATION: None}}
