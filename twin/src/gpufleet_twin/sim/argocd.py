@@ -24,7 +24,10 @@ Usage
   (with ``requiresPruning``), ``status.operationState`` {operation, phase Running/Succeeded/Failed/Error,
   message, syncResult {revision, source, resources[]}, startedAt, finishedAt}, ``status.history[]``,
   ``status.reconciledAt``, ``status.sourceType: Directory``, ``status.conditions`` (ComparisonError,
-  InvalidSpecError, SyncError).
+  InvalidSpecError, SyncError).  Events on the Application (component ``argocd-application-controller``):
+  ``OperationStarted`` ("Initiated automated sync to '<sha>'"), ``OperationCompleted`` ("Sync operation to
+  <sha> succeeded"; Warning when it failed), ``ResourceUpdated`` ("Updated sync status: Synced -> OutOfSync",
+  the same for health).
 - Writes: every object a sync creates, changes or prunes is written through the twin's store as the
   field manager ``argocd-controller`` (``FIELD_MANAGER``): counted in ``GET /admin/report`` under
   ``writes_by_field_manager``, and listed with its revision in ``GET /admin/argocd`` (``writes``).  Synced
