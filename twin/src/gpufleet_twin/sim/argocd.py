@@ -6,6 +6,8 @@ Usage
 - Enable: ``python -m gpufleet_twin serve --argocd`` (``--argocd-poll SECONDS`` sets the poll),
   ``process.start_twin(argocd=True, argocd_poll=None)``, or the scenario key ``argocd: true``
   (``argocd: {poll_seconds: 30}``).  Off by default: without it nothing below exists.
+- Applications are read from the namespace ``argocd`` only (others are left alone, as a controller without
+  ``--application-namespaces`` does).
 - It installs the CRD ``applications.argoproj.io`` (``argoproj.io/v1alpha1`` ``Application``, the twin's own
   schema file ``crds/argocd/argoproj.io_applications.yaml``, see there) and the namespace ``argocd``.
 - Application fields acted on: ``spec.source.repoURL`` (a local path or ``file://`` URL of a git
@@ -187,7 +189,8 @@ class ArgoCDController:
         return max(0.5, min(due, default=self.poll_seconds))
 
     def reconcile_all(self) -> None:
-        apps = self.store.list(self.app_type)
+        # Only the controller's own namespace, as without --application-namespaces.
+        apps = self.store.list(self.app_type, NAMESPACE)
         present = {(a["metadata"]["namespace"], a["metadata"]["name"]) for a in apps}
         for gone in set(self.memory) - present:
             del self.memory[gone]
