@@ -43,9 +43,7 @@ def common_vars(workspace: pathlib.Path) -> dict:
 def writes(twin) -> dict:
     served = twin.report()["requests"]["by_verb_resource"]
     return {
-        key: count
-        for key, count in served.items()
-        if key.split(" ", 1)[0] in WRITE_VERBS and key != ACCESS_REVIEWS
+        key: count for key, count in served.items() if key.split(" ", 1)[0] in WRITE_VERBS and key != ACCESS_REVIEWS
     }
 
 

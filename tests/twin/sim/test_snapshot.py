@@ -217,6 +217,7 @@ def test_populate_loads_what_cluster_snapshot_writes(tmp_path: Path) -> None:
 def test_a_copy_continues_its_source_clock(tmp_path: Path) -> None:
     """A snapshot dated ahead of this machine's clock (a source twin at 600x) moves the copy's clock on to it, so
     what the copy does is dated after the history it carries; one dated in the past leaves the clock alone."""
+
     def taken(at: str) -> None:
         (tmp_path / "snapshot-info.json").write_text(json.dumps({"format": 1, "counts": {}, "taken_at": at}))
 
