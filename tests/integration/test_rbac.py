@@ -223,10 +223,11 @@ def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspac
     # The rehearsal's snapshot lists DaemonSets too (gpufleet-audit-snapshot, bound to the same account, lost the
     # rule with it): its permission preflight refuses first, naming the rule and the ClusterRole, and nothing but
     # the preflight's questions (and its look at the ClusterPolicy for the ledger's namespace) reached the cluster.
+    token = token_of(twin, "gpufleet-audit")
     twin.admin("POST", "report/reset")
     rehearsal = run_as(
         twin,
-        token_of(twin, "gpufleet-audit"),
+        token,
         "playbooks/rehearse.yml",
         extra_vars={"stage": "promote", "rehearse_dir": str(workspace / "rehearsal")},
     )
