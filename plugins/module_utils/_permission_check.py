@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import CLUSTER_POLICIES, ResourceRef
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import (
     GPU_OPERATOR,
+    LEDGER,
     Permission,
     namespace_keys_for,
     permissions_for,
@@ -74,17 +75,20 @@ def resolve_namespaces(api: Any, request: PermissionRequest, steps: Sequence[str
     """The namespaces the steps need: given ones, the GPU Operator's read from its ClusterPolicy when not given."""
     namespaces = {key: str(value) for key, value in request.namespaces.items() if value}
     needed = namespace_keys_for(steps)
-    if GPU_OPERATOR in needed and GPU_OPERATOR not in namespaces:
+    # The ledger's default namespace is the GPU Operator's (cluster_snapshot's ledger_namespaces, upgrade_namespace).
+    wanted = {GPU_OPERATOR, LEDGER} & needed
+    if any(key not in namespaces for key in wanted):
         found = _gpu_operator_namespace(api)
-        if found:
-            namespaces[GPU_OPERATOR] = found
+        for key in wanted:
+            if found and key not in namespaces:
+                namespaces[key] = found
     missing = sorted(needed - set(namespaces))
     if missing:
         raise InvalidInputError(
             f"The permission check needs the namespace of {', '.join(missing)} (option namespaces)"
             + (
                 "; the GPU Operator's was not found from its ClusterPolicy: set gpu_operator_namespace"
-                if GPU_OPERATOR in missing
+                if {GPU_OPERATOR, LEDGER} & set(missing)
                 else ""
             )
         )

@@ -33,7 +33,7 @@ options:
   playbook:
     description: The playbook whose permissions to check.
     type: str
-    choices: [audit, upgrade]
+    choices: [audit, upgrade, rehearse]
     required: true
   stage:
     description: The stage of C(upgrade.yml). Required with O(playbook=upgrade).
@@ -55,7 +55,8 @@ options:
     description:
       - The namespaces the namespaced ClusterRoles are bound in, by key - C(ledger) (ledger, stage Lease, gate Jobs),
         C(gpu_operator), C(network_operator), C(sriov_operator), C(matrix) (the audit's matrix ConfigMap).
-      - An empty or missing C(gpu_operator) is read from the GPU Operator's ClusterPolicy (C(status.namespace)).
+      - An empty or missing C(gpu_operator) is read from the GPU Operator's ClusterPolicy (C(status.namespace)), and so
+        is an empty or missing C(ledger) (the ledger's default namespace is the GPU Operator's).
     type: dict
     default: {}
 requirements:
@@ -129,7 +130,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check
 def argument_spec():
     spec = k8s_auth_argument_spec()
     spec.update(
-        playbook={"type": "str", "required": True, "choices": ["audit", "upgrade"]},
+        playbook={"type": "str", "required": True, "choices": ["audit", "upgrade", "rehearse"]},
         stage={"type": "str", "choices": ["canary", "bake", "promote", "rollback"]},
         group={
             "type": "str",

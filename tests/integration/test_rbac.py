@@ -220,6 +220,27 @@ def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspac
     assert "the credentials lack 1 permission(s)" in audit.output
     assert "granted by ClusterRole gpufleet-audit in rbac/audit.yaml" in audit.output
 
+    # The rehearsal's snapshot lists DaemonSets too (gpufleet-audit-snapshot, bound to the same account, lost the
+    # rule with it): its permission preflight refuses first, naming the rule and the ClusterRole, and nothing but
+    # the preflight's questions (and its look at the ClusterPolicy for the ledger's namespace) reached the cluster.
+    token = token_of(twin, "gpufleet-audit")
+    twin.admin("POST", "report/reset")
+    rehearsal = run_as(
+        twin,
+        token,
+        "playbooks/rehearse.yml",
+        extra_vars={"stage": "promote", "rehearse_dir": str(workspace / "rehearsal")},
+    )
+    assert rehearsal.returncode != 0
+    assert "the credentials lack 1 permission(s)" in rehearsal.output, rehearsal.output[-4000:]
+    assert 'list daemonsets in API group "apps" at the cluster scope' in rehearsal.output, rehearsal.output[-4000:]
+    assert "granted by ClusterRole gpufleet-audit-snapshot in rbac/audit.yaml" in rehearsal.output
+    served = twin.report()["requests"]["by_verb_resource"]
+    reviews = "create selfsubjectaccessreviews.authorization.k8s.io"
+    assert set(served) <= {reviews, "list clusterpolicies.nvidia.com"}, served
+    assert served.get(reviews), served
+    assert not (workspace / "rehearsal" / "snapshot").exists()
+
 
 def test_gpu_operator_canary_refused_without_one_rule_then_succeeds_with_the_shipped_role(fresh_twin, workspace):
     twin = fresh_twin

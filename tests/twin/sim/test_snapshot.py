@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -209,5 +210,29 @@ def test_populate_loads_what_cluster_snapshot_writes(tmp_path: Path) -> None:
         assert summary["created"].get("Subscription") == 1, summary
         assert not any("snapshot-info.json" in entry for entry in summary["skipped"]), summary
         assert "snapshot-info.json" not in summary["files"]
+
+    asyncio.run(check())
+
+
+def test_a_copy_continues_its_source_clock(tmp_path: Path) -> None:
+    """A snapshot dated ahead of this machine's clock (a source twin at 600x) moves the copy's clock on to it, so
+    what the copy does is dated after the history it carries; one dated in the past leaves the clock alone."""
+
+    def taken(at: str) -> None:
+        (tmp_path / "snapshot-info.json").write_text(json.dumps({"format": 1, "counts": {}, "taken_at": at}))
+
+    async def check() -> None:
+        taken("1970-01-01T00:00:00Z")
+        twin = create_twin()  # time scale 1: its clock runs as this machine's
+        before, began = twin.clock.now(), time.monotonic()
+        populate(twin, {"nodes": 0, "profile": "kubernetes", "scenario": None, "from_snapshot": str(tmp_path)})
+        moved = twin.clock.now() - before
+        assert moved <= time.monotonic() - began + 1, "a snapshot of the past leaves the clock as it was"
+
+        taken(twin.clock.iso(twin.clock.now() + 3 * 86400))
+        copy = create_twin()
+        populate(copy, {"nodes": 0, "profile": "kubernetes", "scenario": None, "from_snapshot": str(tmp_path)})
+        assert copy.clock.now() >= twin.clock.now() + 3 * 86400 - 1
+        assert copy.published["sim_started_at"] >= copy.clock.iso(twin.clock.now() + 3 * 86400 - 1)
 
     asyncio.run(check())

@@ -41,7 +41,7 @@ from .serviceaccounts import (
     ServiceAccountsController,
     ensure_referenced_service_accounts,
 )
-from .snapshot import load_snapshot
+from .snapshot import continue_source_clock, load_snapshot
 from .state import SimState
 from .statefulset import StatefulSetController
 from .tainteviction import TaintEvictionController
@@ -204,6 +204,9 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     spec = scenario.seed_spec(nodes=nodes, profile=profile)
     if options.get("distributed_training"):
         spec = dataclasses.replace(spec, distributed_training=True)
+    snapshot_dir = options.get("from_snapshot")
+    if snapshot_dir:
+        continue_source_clock(twin.clock, Path(snapshot_dir))
     sim = SimState(clock=twin.clock, profile=profile, started_at=twin.clock.now())
     sim.pod_events = nodes <= POD_EVENTS_MAX_NODES
     for version, kernels in scenario.driver_builds.items():
@@ -213,7 +216,6 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
         drop_openshift_only_apis(twin)
     kinds = Kinds.from_registry(twin.registry)
     sim.events = EventRecorder(twin.store, kinds.event, twin.clock)
-    snapshot_dir = options.get("from_snapshot")
     if snapshot_dir:
         loaded = load_snapshot(twin, sim, Path(snapshot_dir), profile=profile)
         twin.published["snapshot"] = loaded.summary()

@@ -26,6 +26,7 @@ were Running on a loaded node are adopted by the kubelet as they are.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from dataclasses import dataclass, field
@@ -151,6 +152,36 @@ def load_snapshot(twin: Twin, sim: SimState, directory: Path, *, profile: str) -
             result.node_names.append(created["metadata"]["name"])
     sim.profile = profile
     return result
+
+
+def taken_at(directory: Path) -> float | None:
+    """When the collection's snapshot was taken, on the source cluster's clock (its info file), else None."""
+    path = directory / SNAPSHOT_INFO_FILE
+    try:
+        text = json.loads(path.read_text()).get("taken_at") or ""
+        moment = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def continue_source_clock(clock: Any, directory: Path) -> float:
+    """Move a copy's clock on to the moment its snapshot was taken, when that lies ahead; returns the seconds.
+
+    A copy continues its cluster's time: the Events, ledger entries and state annotations it carries are dated by
+    the source's clock, and the collection dates everything it writes by the API server's (the copy's) clock.
+    A copy that started behind its source (a simulated source running faster than real time, or a source's clock
+    ahead of this machine's) would date the rehearsed run before the copied history, and whatever orders by time
+    (the latest state change of a node, a run's span) would take the copied past for the present.
+    """
+    moment = taken_at(directory)
+    if moment is None:
+        return 0.0
+    ahead = moment - clock.now()
+    if ahead <= 0:
+        return 0.0
+    clock.advance(ahead)
+    return ahead
 
 
 def snapshot_files(directory: Path) -> list[Path]:
