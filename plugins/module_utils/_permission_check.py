@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import CLUSTER_POLICIES, ResourceRef
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import (
     GPU_OPERATOR,
+    LEDGER,
     RBAC_ROLE,
     Permission,
     namespace_keys_for,
@@ -80,6 +81,9 @@ def resolve_namespaces(api: Any, request: PermissionRequest, steps: Sequence[str
         found = _gpu_operator_namespace(api)
         if found:
             namespaces[GPU_OPERATOR] = found
+    if request.playbook == "diagnose" and LEDGER in needed and LEDGER not in namespaces and GPU_OPERATOR in namespaces:
+        # The doctor's stage Lease and ledger default to the GPU Operator's namespace (lease_namespace empty).
+        namespaces[LEDGER] = namespaces[GPU_OPERATOR]
     missing = sorted(needed - set(namespaces))
     if missing:
         raise InvalidInputError(

@@ -328,6 +328,18 @@ def test_the_read_only_doctor_account_can_diagnose(stuck_twin, tmp_path):
     assert [c["cause"] for c in result["cluster"]] == [c["cause"] for c in admin["cluster"]]
     assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}
 
+    # The read-only doctor's token cannot remediate: the permission preflight refuses before the first request of
+    # the remediation, naming each write and the remediation's ClusterRole; nothing is written.
+    twin.admin("POST", "report/reset")
+    refused = run_as(twin, token, PLAYBOOK, extra_vars={"doctor_remediate": True})
+    assert refused.returncode != 0
+    assert 'patch nodes in API group "" at the cluster scope (needed by doctor_remediate; granted by ClusterRole ' in (
+        refused.output
+    ), refused.output[-3000:]
+    assert "gpufleet-upgrade-doctor in rbac/diagnose.yaml through a ClusterRoleBinding)" in refused.output
+    assert write_requests(twin) == {}
+    assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}
+
 
 def test_one_notready_node_stops_the_controller(stuck_twin, tmp_path):
     """Runs last: the NotReady node freezes the controller (the DaemonSet blocker), which the doctor names."""

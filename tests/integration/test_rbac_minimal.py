@@ -8,9 +8,9 @@ one ClusterRole replaced by a copy lacking the rule, one token each (TokenReques
 answering the SelfSubjectAccessReviews. Each rule is checked with a run (playbook, stage, group) that needs it. Every
 namespaced ClusterRole is bound in a namespace of its own here, so no rule is hidden by another role's grant in the
 same namespace (in the default setting the ledger lives in the GPU Operator's namespace, where the two roles'
-ConfigMap and pod rules add up). The full playbook runs with a rule removed are in test_rbac.py. Every playbook's account is bound to exactly its
-playbook's roles (the doctor's remediation, which writes, to the diagnosis' read-only roles and its own), so a rule
-taken out of one role is missing from the account, whichever role it is.
+ConfigMap and pod rules add up). The full playbook runs with a rule removed are in test_rbac.py. Every playbook's
+account is bound to exactly its playbook's roles (the doctor's remediation, which writes, to the diagnosis' read-only
+roles and its own), so a rule taken out of one role is missing from the account, whichever role it is.
 """
 
 from __future__ import annotations
