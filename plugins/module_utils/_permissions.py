@@ -506,8 +506,10 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         ),
     ),
     "sriov_operator_check": (
-        "roles/sriov_operator main.yml, check.yml: read the Subscription, operator, config daemon and node states",
+        "roles/sriov_operator main.yml, check.yml, prereqs.yml: read the Subscription, operator, config daemon and "
+        "node states, and the cluster's OpenShift version (Red Hat's index is built per minor)",
         (
+            _g(UPGRADE_ROLE, _R, "config.openshift.io", "clusterversions"),
             _g(SRIOV_OPERATOR_ROLE, _R, "operators.coreos.com", "subscriptions"),
             _g(SRIOV_OPERATOR_ROLE, _R, "apps", "deployments"),
             _g(SRIOV_OPERATOR_ROLE, _R, "apps", "daemonsets"),
