@@ -191,8 +191,11 @@ def _escalation_problems(reviews: _Reviews, api: Any, objects: Sequence[Mapping[
     them) or may bind it."""
     roles = {item["metadata"]["name"]: item for item in objects if item.get("kind") == "ClusterRole"}
     problems = []
+    # Whether a ClusterRole exists decides what the authorizer is asked; without get on clusterroles (already
+    # reported missing) every one is taken as to be created, and nothing is read that would be refused.
+    may_read = reviews.allowed("get", _RBAC_GROUP, "clusterroles")
     for name, role in roles.items():
-        exists = _exists(api, name)
+        exists = may_read and _exists(api, name)
         # An object being created has no name yet for the authorizer: a rule limited by resourceNames covers it
         # only once it exists (an update).
         if reviews.allowed("escalate", _RBAC_GROUP, "clusterroles", name=name if exists else ""):
