@@ -15,8 +15,9 @@ Serves ``Twin.store`` the way a real API server serves etcd, so kubectl, the
   ``orphan`` finalizers from the propagation options (``sim/garbagecollector``
   does the rest), namespace deletion of its content, CRDs registering their
   kinds live; zero values of ``omitempty`` fields dropped (``omitempty.py``);
-- bearer-token authentication (401 Status otherwise), RBAC authorization of
-  every request (``rbac.py``: 403 Status as kube-apiserver words it;
+- bearer-token authentication (401 Status for a wrong token; no credentials are ``system:anonymous``, as
+  with kube-apiserver's default --anonymous-auth=true), RBAC authorization of every request and its escalation
+  check on RBAC writes (``rbac.py``, ``rbac_escalation.py``: 403 Status as kube-apiserver words it;
   SelfSubjectAccessReview/SelfSubjectRulesReview answered from the same rules),
   and the Twin's request hooks around every API request.
 
