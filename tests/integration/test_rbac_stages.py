@@ -135,8 +135,5 @@ def test_sriov_canary_halts_on_416_and_moves_the_operator_on_417_with_the_shippe
         assert canary["outcome"] == "success", canary
         subscription = get_json(twin, "subscription", "-n", SRIOV_NAMESPACE, "sriov-network-operator")
         assert subscription["status"]["installedCSV"].startswith("sriov-network-operator.v4.17.0"), subscription
-        served = twin.report()["requests"]["by_verb_resource"]
-        assert served.get("patch subscriptions.operators.coreos.com", 0) > 0, served
-        assert served.get("patch installplans.operators.coreos.com", 0) > 0, served
     finally:
         assert group.twin.stop() == 0, group.twin.log_path.read_text()[-2000:]
