@@ -170,7 +170,12 @@ def render_example_bindings() -> str:
         "# operators in their usual namespaces, the ledger beside the GPU Operator). Apply rbac/audit.yaml,",
         "# rbac/rehearse.yaml, rbac/diagnose.yaml, rbac/upgrade.yaml, rbac/rbac.yaml (and on OpenShift",
         "# rbac/openshift-scc.yaml) first. Change the namespaces to yours. One ServiceAccount per playbook:",
-        "# " + ", ".join(f"{key} {name}" for key, name in table.ACCOUNTS.items()) + ".",
+        *textwrap.wrap(
+            ", ".join(f"{key} {name}" for key, name in table.ACCOUNTS.items()) + ".",
+            width=116,
+            initial_indent="# ",
+            subsequent_indent="# ",
+        ),
         LIST_HEAD.rstrip("\n"),
     ]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpufleet"}}
