@@ -35,7 +35,19 @@ class _IndentedDumper(yaml.SafeDumper):
         return super().increase_indent(flow, False)
 
 
-VERB_ORDER = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "use")
+VERB_ORDER = (
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "use",
+    "bind",
+    "escalate",
+)
 COMMENT = "# "
 # The namespaces of the example bindings (roles/rbac's defaults).
 EXAMPLE_NAMESPACES = {
@@ -92,8 +104,11 @@ def _cluster_role(info: table.ClusterRoleInfo, rules: list) -> str:
             lines += textwrap.wrap(text, width=116, initial_indent="  # ", subsequent_indent="  #   ")
         lines.append(f'  - apiGroups: ["{group}"]')
         lines.append(f"    resources: [{resource}]")
-        if names:
-            lines.append(f"    resourceNames: [{', '.join(names)}]")
+        if len(names) == 1:
+            lines.append(f"    resourceNames: [{names[0]}]")
+        elif names:
+            lines.append("    resourceNames:")
+            lines += [f"      - {name}" for name in names]
         lines.append(f"    verbs: [{', '.join(_verbs(verbs_steps))}]")
     return _as_list_item(lines)
 
@@ -122,10 +137,8 @@ def render_manifests() -> dict:
     files: dict = {}
     for info in table.CLUSTER_ROLES:
         rules = [
-            (group, resource, verbs, ())
-            for (group, resource), verbs in sorted(
-                by_role[info.name].items(), key=lambda item: (item[0][0], item[0][1])
-            )
+            (group, resource, verbs, names)
+            for (group, resource, names), verbs in sorted(by_role[info.name].items(), key=lambda item: item[0])
         ]
         files.setdefault(info.manifest, []).append(_cluster_role(info, rules))
     for info in table.POD_CLUSTER_ROLES:
@@ -147,16 +160,22 @@ def render_example_bindings() -> str:
         for info in (*table.CLUSTER_ROLES, *table.POD_CLUSTER_ROLES)
     ]
     accounts = {
-        "audit": {"name": "gpufleet-audit", "namespace": "gpufleet"},
-        "upgrade": {"name": "gpufleet-upgrade", "namespace": "gpufleet"},
-        "scc": {"name": "gpufleet-validate", "namespace": EXAMPLE_NAMESPACES["ledger"]},
+        key: {"name": name, "namespace": EXAMPLE_NAMESPACES["ledger"] if key == "scc" else "gpufleet"}
+        for key, name in table.ACCOUNTS.items()
     }
     objects = [doc for doc in rbac_objects(roles, accounts, EXAMPLE_NAMESPACES) if doc["kind"] != "ClusterRole"]
     out = [
         HEADER.rstrip("\n"),
         "# An example: the accounts and bindings roles/rbac creates with its defaults (OpenShift, the",
         "# operators in their usual namespaces, the ledger beside the GPU Operator). Apply rbac/audit.yaml,",
-        "# rbac/upgrade.yaml (and on OpenShift rbac/openshift-scc.yaml) first. Change the namespaces to yours.",
+        "# rbac/rehearse.yaml, rbac/diagnose.yaml, rbac/upgrade.yaml, rbac/rbac.yaml (and on OpenShift",
+        "# rbac/openshift-scc.yaml) first. Change the namespaces to yours. One ServiceAccount per playbook:",
+        *textwrap.wrap(
+            ", ".join(f"{key} {name}" for key, name in table.ACCOUNTS.items()) + ".",
+            width=116,
+            initial_indent="# ",
+            subsequent_indent="# ",
+        ),
         LIST_HEAD.rstrip("\n"),
     ]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpufleet"}}
@@ -172,15 +191,23 @@ def render_doc_tables() -> str:
     out += ["| Step | What it does | Permissions (ClusterRole) |", "| --- | --- | --- |"]
     for step, (what, grants) in table.STEPS.items():
         cells = "<br>".join(
-            f"{'/'.join(_verbs(grant.verbs))} `{grant.resource}` ({grant.group or 'core'}) - {grant.role}"
+            f"{'/'.join(_verbs(grant.verbs))} `{grant.resource}` ({grant.group or 'core'})"
+            + (" named " + ", ".join(grant.resource_names) if grant.resource_names else "")
+            + f" - {grant.role}"
             for grant in grants
         )
         out.append(f"| `{step}` | {what} | {cells} |")
+    out += ["", "### Accounts and the ClusterRoles bound to each", ""]
+    out += ["| Account (ServiceAccount) | ClusterRoles |", "| --- | --- |"]
+    for key, name in table.ACCOUNTS.items():
+        roles = [info.name for info in (*table.CLUSTER_ROLES, *table.POD_CLUSTER_ROLES) if key in info.accounts]
+        out.append(f"| {key} (`{name}`) | {', '.join(f'`{role}`' for role in roles)} |")
     out += ["", "### Steps per playbook, stage and component group", ""]
     out += ["| Playbook | Stage | Group | Steps |", "| --- | --- | --- | --- |"]
     out.append(f"| audit.yml | | | {', '.join(table.steps_for(playbook='audit'))} |")
     out.append(f"| rehearse.yml | | | {', '.join(table.steps_for(playbook='rehearse'))} |")
     out.append(f"| diagnose.yml | | | {', '.join(table.steps_for(playbook='diagnose'))} |")
+    out.append(f"| rbac.yml | | | {', '.join(table.steps_for(playbook='rbac'))} |")
     for group in table.GROUPS:
         for stage in table.STAGES:
             steps = table.steps_for(playbook="upgrade", stage=stage, group=group)

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import forbidden_detail_of_message
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import (
+    CLUSTER_ROLES,
+    POD_CLUSTER_ROLES,
+    forbidden_detail_of_message,
+)
 
 BOUND_IN = "gpufleet.io/bound-in"
-# Which account each shipped ClusterRole is for, by its name.
-_ACCOUNT_OF = (("gpufleet-audit", "audit"), ("gpufleet-validate-scc", "scc"), ("gpufleet-upgrade", "upgrade"))
+# Which accounts each shipped ClusterRole is bound to (the permission table's): one account per playbook.
+_ACCOUNTS_OF = {info.name: info.accounts for info in (*CLUSTER_ROLES, *POD_CLUSTER_ROLES)}
 
 
-def _account_for(role_name):
-    for prefix, account in _ACCOUNT_OF:
-        if role_name.startswith(prefix):
-            return account
-    raise AnsibleFilterError(f"rbac_objects: ClusterRole {role_name} is not one the collection ships")
+def _accounts_for(role_name):
+    if role_name not in _ACCOUNTS_OF:
+        raise AnsibleFilterError(f"rbac_objects: ClusterRole {role_name} is not one the collection ships")
+    return _ACCOUNTS_OF[role_name]
 
 
 def _meta(name, namespace=""):
@@ -30,8 +33,10 @@ def _meta(name, namespace=""):
 def rbac_objects(cluster_roles, accounts, namespaces, create_accounts=True):
     """The ServiceAccounts, ClusterRoles and bindings to apply, in that order (reverse it to remove them).
 
-    ``accounts`` maps audit, upgrade and scc to {name, namespace}; ``namespaces`` the namespace keys of the
-    RoleBindings (an empty one binds nothing).
+    ``accounts`` maps the account keys (audit, rehearse, diagnose, remediate, upgrade, rbac, scc) to {name,
+    namespace}; a ClusterRole is bound to those of its accounts given (one missing them all is an error), so a
+    role shared by two accounts (the diagnosis' reads: diagnose and remediate) has a binding with both as
+    subjects. ``namespaces`` maps the namespace keys of the RoleBindings (an empty one binds nothing).
     """
     documents = []
     for document in cluster_roles or []:
@@ -45,13 +50,17 @@ def rbac_objects(cluster_roles, accounts, namespaces, create_accounts=True):
     bindings = []
     for role in roles:
         name = role["metadata"]["name"]
-        account_key = _account_for(name)
-        account = (accounts or {}).get(account_key) or {}
-        if not account.get("name") or not account.get("namespace"):
-            raise AnsibleFilterError(f"rbac_objects: no account (name and namespace) for {account_key} ({name})")
-        if account_key not in used:
-            used.append(account_key)
-        subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+        keys = [key for key in _accounts_for(name) if key in (accounts or {})]
+        if not keys:
+            raise AnsibleFilterError(f"rbac_objects: no account for {' or '.join(_accounts_for(name))} ({name})")
+        subjects = []
+        for key in keys:
+            account = accounts[key] or {}
+            if not account.get("name") or not account.get("namespace"):
+                raise AnsibleFilterError(f"rbac_objects: no account (name and namespace) for {key} ({name})")
+            if key not in used:
+                used.append(key)
+            subjects.append({"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]})
         ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
         scope = ((role["metadata"].get("annotations") or {}).get(BOUND_IN)) or "cluster"
         if scope == "cluster":
@@ -61,7 +70,7 @@ def rbac_objects(cluster_roles, accounts, namespaces, create_accounts=True):
                     "kind": "ClusterRoleBinding",
                     "metadata": _meta(name),
                     "roleRef": ref,
-                    "subjects": [subject],
+                    "subjects": subjects,
                 }
             )
             continue
@@ -73,7 +82,7 @@ def rbac_objects(cluster_roles, accounts, namespaces, create_accounts=True):
                     "kind": "RoleBinding",
                     "metadata": _meta(name, namespace),
                     "roleRef": ref,
-                    "subjects": [subject],
+                    "subjects": subjects,
                 }
             )
     service_accounts = []

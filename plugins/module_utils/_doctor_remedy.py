@@ -50,6 +50,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     PODS,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import append_cluster_entry, new_entry_id
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check import (
+    PermissionRequest,
+    check_permissions,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import LEDGER
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
 ACTIONS = ("relabel_upgrade_required", "evict_pods", "restart_validator", "unpause_pool")
@@ -264,6 +269,17 @@ def run_doctor(
     if node_selector:
         parse_label_selector(node_selector)
     plan_remediations([], max_actions=max_actions, allowed=remediate_actions)
+    if remediate:
+        # Before the first read and write, in check mode too: may these credentials do everything a remediation
+        # may do (the remediation account's roles, rbac/diagnose.yaml)? Refused naming each missing rule.
+        check_permissions(
+            api,
+            PermissionRequest(
+                playbook="diagnose",
+                features=("doctor_remediate",),
+                namespaces={LEDGER: lease_namespace} if lease_namespace else {},
+            ),
+        )
     view = read_cluster(
         api, node_selector=node_selector, lease_namespace=lease_namespace, lease_name=lease_name, max_logs=max_logs
     )

@@ -39,11 +39,24 @@ NAMESPACE_KEYS = (LEDGER, GPU_OPERATOR, NETWORK_OPERATOR, SRIOV_OPERATOR, NODE_E
 # Namespaces that are fixed wherever the collection runs.
 FIXED_NAMESPACES = {NODE_EVENTS: "default"}
 
-PLAYBOOKS = ("audit", "upgrade", "rehearse", "diagnose")
+PLAYBOOKS = ("audit", "upgrade", "rehearse", "diagnose", "rbac")
 STAGES = ("canary", "bake", "promote", "rollback")
 GROUPS = ("gpu_operator", "network_operator", "firmware", "openshift", "sriov_operator")
 # Optional paths a run may take; each adds the steps named in FEATURE_STEPS.
-FEATURES = ("matrix_configmap", "nvidiadriver", "rollback_on_bake_failure", "doctor_remediate")
+FEATURES = ("matrix_configmap", "nvidiadriver", "rollback_on_bake_failure", "doctor_remediate", "network_operator_helm")
+
+# The accounts the playbooks run as (roles/rbac creates them; docs/security.md): one per playbook, so each account
+# is bound to exactly the ClusterRoles of its playbook. The doctor's remediation writes, so it has an account of
+# its own too; the diagnosis stays read-only. Key -> the ServiceAccount's default name.
+ACCOUNTS: Dict[str, str] = {
+    "audit": "gpufleet-audit",
+    "rehearse": "gpufleet-rehearse",
+    "diagnose": "gpufleet-doctor",
+    "remediate": "gpufleet-doctor-remediate",
+    "upgrade": "gpufleet-upgrade",
+    "rbac": "gpufleet-rbac",
+    "scc": "gpufleet-validate",
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,7 @@ class ClusterRoleInfo:
     scope: str  # CLUSTER, or the namespace key of its RoleBinding
     manifest: str  # file under rbac/
     summary: str
+    accounts: Tuple[str, ...] = ()  # keys of ACCOUNTS bound to it
 
 
 @dataclass(frozen=True)
@@ -98,7 +112,7 @@ class Permission:
 
 AUDIT_ROLE = "gpufleet-audit"
 AUDIT_MATRIX_ROLE = "gpufleet-audit-matrix"
-# rehearse.yml's snapshot only reads: the read-only (audit) account runs it.
+# rehearse.yml's snapshot only reads: its own account (gpufleet-rehearse), read verbs only.
 SNAPSHOT_ROLE = "gpufleet-audit-snapshot"
 SNAPSHOT_LEDGER_ROLE = "gpufleet-audit-snapshot-ledger"
 UPGRADE_ROLE = "gpufleet-upgrade"
@@ -106,9 +120,11 @@ LEDGER_ROLE = "gpufleet-upgrade-ledger"
 NODE_EVENTS_ROLE = "gpufleet-upgrade-node-events"
 GPU_OPERATOR_ROLE = "gpufleet-upgrade-gpu-operator"
 NETWORK_OPERATOR_ROLE = "gpufleet-upgrade-network-operator"
+NETWORK_OPERATOR_HELM_ROLE = "gpufleet-upgrade-network-operator-helm"
 SRIOV_OPERATOR_ROLE = "gpufleet-upgrade-sriov-operator"
-# The upgrade doctor (diagnose.yml): the diagnosis only reads (the audit account's roles); remediation reads the
-# same and writes a few things (the upgrade account's roles).
+# The upgrade doctor (diagnose.yml): the diagnosis only reads (gpufleet-audit-doctor*, bound to the doctor's
+# account and to the remediation's); the remediation's roles (gpufleet-upgrade-doctor*) add only its writes and
+# the reads those writes make first, bound to the remediation's account alone.
 DOCTOR_ROLE = "gpufleet-audit-doctor"
 DOCTOR_OPERATOR_ROLE = "gpufleet-audit-doctor-operator"
 DOCTOR_NODE_EVENTS_ROLE = "gpufleet-audit-doctor-node-events"
@@ -117,36 +133,92 @@ REMEDY_ROLE = "gpufleet-upgrade-doctor"
 REMEDY_OPERATOR_ROLE = "gpufleet-upgrade-doctor-operator"
 REMEDY_NODE_EVENTS_ROLE = "gpufleet-upgrade-doctor-node-events"
 REMEDY_LEDGER_ROLE = "gpufleet-upgrade-doctor-ledger"
+# playbooks/rbac.yml: apply the ClusterRoles and bind them (see RBAC_NOTE).
+RBAC_ROLE = "gpufleet-rbac"
+
+_AUDIT = ("audit",)
+_REHEARSE = ("rehearse",)
+_DOCTOR = ("diagnose", "remediate")
+_REMEDY = ("remediate",)
+_UPGRADE = ("upgrade",)
 
 CLUSTER_ROLES: Tuple[ClusterRoleInfo, ...] = (
-    ClusterRoleInfo(AUDIT_ROLE, CLUSTER, "audit.yaml", "audit.yml: read the cluster the drift audit compares"),
+    ClusterRoleInfo(AUDIT_ROLE, CLUSTER, "audit.yaml", "audit.yml: read the cluster the drift audit compares", _AUDIT),
     ClusterRoleInfo(
-        AUDIT_MATRIX_ROLE, MATRIX, "audit.yaml", "audit.yml: read the matrix ConfigMap (audit_matrix_configmap_name)"
+        AUDIT_MATRIX_ROLE,
+        MATRIX,
+        "audit.yaml",
+        "audit.yml: read the matrix ConfigMap (audit_matrix_configmap_name)",
+        _AUDIT,
     ),
     ClusterRoleInfo(
-        SNAPSHOT_ROLE, CLUSTER, "audit.yaml", "rehearse.yml: read the cluster into a snapshot (never Secrets)"
+        SNAPSHOT_ROLE,
+        CLUSTER,
+        "rehearse.yaml",
+        "rehearse.yml: read the cluster into a snapshot (never Secrets)",
+        _REHEARSE,
     ),
     ClusterRoleInfo(
-        SNAPSHOT_LEDGER_ROLE, LEDGER, "audit.yaml", "rehearse.yml: read the ledger ConfigMap into the snapshot"
+        SNAPSHOT_LEDGER_ROLE,
+        LEDGER,
+        "rehearse.yaml",
+        "rehearse.yml: read the ledger ConfigMap into the snapshot",
+        _REHEARSE,
     ),
-    ClusterRoleInfo(UPGRADE_ROLE, CLUSTER, "upgrade.yaml", "upgrade.yml: nodes, evictions and the operators' CRs"),
-    ClusterRoleInfo(LEDGER_ROLE, LEDGER, "upgrade.yaml", "upgrade.yml: ledger, stage Lease and gate Jobs"),
-    ClusterRoleInfo(NODE_EVENTS_ROLE, NODE_EVENTS, "upgrade.yaml", "upgrade.yml: Events about Nodes"),
-    ClusterRoleInfo(GPU_OPERATOR_ROLE, GPU_OPERATOR, "upgrade.yaml", "upgrade.yml: the GPU Operator's OLM objects"),
-    ClusterRoleInfo(NETWORK_OPERATOR_ROLE, NETWORK_OPERATOR, "upgrade.yaml", "upgrade.yml: the MOFED pods"),
-    ClusterRoleInfo(SRIOV_OPERATOR_ROLE, SRIOV_OPERATOR, "upgrade.yaml", "upgrade.yml: the SR-IOV operator"),
-    ClusterRoleInfo(DOCTOR_ROLE, CLUSTER, "audit.yaml", "diagnose.yml: read the nodes, pods and policies it diagnoses"),
     ClusterRoleInfo(
-        DOCTOR_OPERATOR_ROLE, GPU_OPERATOR, "audit.yaml", "diagnose.yml: driver DaemonSets and pod logs of the operator"
+        UPGRADE_ROLE, CLUSTER, "upgrade.yaml", "upgrade.yml: nodes, evictions and the operators' CRs", _UPGRADE
     ),
-    ClusterRoleInfo(DOCTOR_NODE_EVENTS_ROLE, NODE_EVENTS, "audit.yaml", "diagnose.yml: Events about Nodes"),
-    ClusterRoleInfo(DOCTOR_LEDGER_ROLE, LEDGER, "audit.yaml", "diagnose.yml: the stage Lease"),
-    ClusterRoleInfo(REMEDY_ROLE, CLUSTER, "upgrade.yaml", "diagnose.yml remediation: relabel, evict, unpause"),
+    ClusterRoleInfo(LEDGER_ROLE, LEDGER, "upgrade.yaml", "upgrade.yml: ledger, stage Lease and gate Jobs", _UPGRADE),
+    ClusterRoleInfo(NODE_EVENTS_ROLE, NODE_EVENTS, "upgrade.yaml", "upgrade.yml: Events about Nodes", _UPGRADE),
     ClusterRoleInfo(
-        REMEDY_OPERATOR_ROLE, GPU_OPERATOR, "upgrade.yaml", "diagnose.yml remediation: restart a failing validator"
+        GPU_OPERATOR_ROLE, GPU_OPERATOR, "upgrade.yaml", "upgrade.yml: the GPU Operator's OLM objects", _UPGRADE
     ),
-    ClusterRoleInfo(REMEDY_NODE_EVENTS_ROLE, NODE_EVENTS, "upgrade.yaml", "diagnose.yml remediation: Node Events"),
-    ClusterRoleInfo(REMEDY_LEDGER_ROLE, LEDGER, "upgrade.yaml", "diagnose.yml remediation: the Lease and the ledger"),
+    ClusterRoleInfo(NETWORK_OPERATOR_ROLE, NETWORK_OPERATOR, "upgrade.yaml", "upgrade.yml: the MOFED pods", _UPGRADE),
+    ClusterRoleInfo(
+        NETWORK_OPERATOR_HELM_ROLE,
+        NETWORK_OPERATOR,
+        "upgrade.yaml",
+        "upgrade.yml, Network Operator moved with Helm: the release's storage (Secrets of the release namespace) and "
+        "the operator Deployment",
+        _UPGRADE,
+    ),
+    ClusterRoleInfo(SRIOV_OPERATOR_ROLE, SRIOV_OPERATOR, "upgrade.yaml", "upgrade.yml: the SR-IOV operator", _UPGRADE),
+    ClusterRoleInfo(
+        DOCTOR_ROLE, CLUSTER, "diagnose.yaml", "diagnose.yml: read the nodes, pods and policies it diagnoses", _DOCTOR
+    ),
+    ClusterRoleInfo(
+        DOCTOR_OPERATOR_ROLE,
+        GPU_OPERATOR,
+        "diagnose.yaml",
+        "diagnose.yml: driver DaemonSets and pod logs of the operator",
+        _DOCTOR,
+    ),
+    ClusterRoleInfo(DOCTOR_NODE_EVENTS_ROLE, NODE_EVENTS, "diagnose.yaml", "diagnose.yml: Events about Nodes", _DOCTOR),
+    ClusterRoleInfo(DOCTOR_LEDGER_ROLE, LEDGER, "diagnose.yaml", "diagnose.yml: the stage Lease", _DOCTOR),
+    ClusterRoleInfo(
+        REMEDY_ROLE, CLUSTER, "diagnose.yaml", "diagnose.yml remediation: relabel, evict, unpause", _REMEDY
+    ),
+    ClusterRoleInfo(
+        REMEDY_OPERATOR_ROLE,
+        GPU_OPERATOR,
+        "diagnose.yaml",
+        "diagnose.yml remediation: restart a failing validator",
+        _REMEDY,
+    ),
+    ClusterRoleInfo(
+        REMEDY_NODE_EVENTS_ROLE, NODE_EVENTS, "diagnose.yaml", "diagnose.yml remediation: Node Events", _REMEDY
+    ),
+    ClusterRoleInfo(
+        REMEDY_LEDGER_ROLE, LEDGER, "diagnose.yaml", "diagnose.yml remediation: the ledger ConfigMap", _REMEDY
+    ),
+    ClusterRoleInfo(
+        RBAC_ROLE,
+        CLUSTER,
+        "rbac.yaml",
+        "rbac.yml: create and update the accounts, the ClusterRoles and their bindings (creating a ClusterRole or a "
+        "binding also needs its permissions held, or escalate and bind: docs/security.md)",
+        ("rbac",),
+    ),
 )
 ROLES_BY_NAME = {info.name: info for info in CLUSTER_ROLES}
 
@@ -157,7 +229,11 @@ ROLES_BY_NAME = {info.name: info for info in CLUSTER_ROLES}
 VALIDATE_SCC_ROLE = "gpufleet-validate-scc"
 POD_CLUSTER_ROLES: Tuple[ClusterRoleInfo, ...] = (
     ClusterRoleInfo(
-        VALIDATE_SCC_ROLE, LEDGER, "openshift-scc.yaml", "OpenShift: the gate pods may run privileged (not the caller)"
+        VALIDATE_SCC_ROLE,
+        LEDGER,
+        "openshift-scc.yaml",
+        "OpenShift: the gate pods may run privileged (not the caller)",
+        ("scc",),
     ),
 )
 POD_GRANTS: Tuple[Tuple[str, Grant], ...] = (
@@ -380,6 +456,18 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(SRIOV_OPERATOR_ROLE, _R, "", "configmaps"),
         ),
     ),
+    "network_operator_helm": (
+        "roles/network_operator operator.yml with network_operator_helm_chart_ref: kubernetes.core.helm upgrades the "
+        "release; Helm keeps each release revision in a Secret of the release namespace (its default storage driver), "
+        "so it lists, reads, creates, updates (the superseded revision) and deletes (past the history limit) Secrets "
+        "there only, patches the operator Deployment and waits for its new ReplicaSet",
+        (
+            _g(NETWORK_OPERATOR_HELM_ROLE, ("get", "list", "create", "update", "delete"), "", "secrets"),
+            # Reading the Deployment (get) is network_operator_version's, in the same namespace.
+            _g(NETWORK_OPERATOR_HELM_ROLE, ("list", "patch"), "apps", "deployments"),
+            _g(NETWORK_OPERATOR_HELM_ROLE, _L, "apps", "replicasets"),
+        ),
+    ),
     "firmware_rollout": (
         "roles/nic_firmware rollout.yml: nic_firmware_rollout cordons, drains, flashes through the BMC, uncordons",
         (
@@ -418,8 +506,10 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         ),
     ),
     "sriov_operator_check": (
-        "roles/sriov_operator main.yml, check.yml: read the Subscription, operator, config daemon and node states",
+        "roles/sriov_operator main.yml, check.yml, prereqs.yml: read the Subscription, operator, config daemon and "
+        "node states, and the cluster's OpenShift version (Red Hat's index is built per minor)",
         (
+            _g(UPGRADE_ROLE, _R, "config.openshift.io", "clusterversions"),
             _g(SRIOV_OPERATOR_ROLE, _R, "operators.coreos.com", "subscriptions"),
             _g(SRIOV_OPERATOR_ROLE, _R, "apps", "deployments"),
             _g(SRIOV_OPERATOR_ROLE, _R, "apps", "daemonsets"),
@@ -461,17 +551,45 @@ STEPS["doctor_diagnose"] = (
     _doctor_reads(DOCTOR_ROLE, DOCTOR_OPERATOR_ROLE, DOCTOR_NODE_EVENTS_ROLE, DOCTOR_LEDGER_ROLE),
 )
 STEPS["doctor_remediate"] = (
-    "diagnose.yml with doctor_remediate: the same reads, then relabel an upgrade-failed node, evict the pods the "
-    "user's selector names, restart a failing validator once, unpause a pool this collection paused; each recorded "
-    "as a Node Event and a ledger entry",
+    "diagnose.yml with doctor_remediate: after the diagnosis' reads (doctor_diagnose), relabel an upgrade-failed "
+    "node, evict the pods the user's selector names, restart a failing validator once, unpause a pool this "
+    "collection paused; each recorded as a Node Event and a ledger entry",
     (
-        *_doctor_reads(REMEDY_ROLE, REMEDY_OPERATOR_ROLE, REMEDY_NODE_EVENTS_ROLE, REMEDY_LEDGER_ROLE),
         _g(REMEDY_ROLE, ("get", "patch"), "", "nodes"),
         _g(REMEDY_ROLE, ("create",), "", "pods/eviction"),
         _g(REMEDY_ROLE, ("get", "patch"), "machineconfiguration.openshift.io", "machineconfigpools"),
         _g(REMEDY_OPERATOR_ROLE, ("get", "delete"), "", "pods"),
         _g(REMEDY_NODE_EVENTS_ROLE, ("create",), "", "events"),
         _g(REMEDY_LEDGER_ROLE, ("get", "create", "update"), "", "configmaps"),
+    ),
+)
+
+# The objects playbooks/rbac.yml (roles/rbac) applies with kubernetes.core.k8s (state present reads each object,
+# then creates or patches it; state absent deletes it). Granting RBAC needs more than these verbs: kube-apiserver
+# lets a user create or update a ClusterRole only when it holds every permission in it (or has escalate on it), and
+# bind one only when it holds its permissions (or has bind on it); _permission_check.check_rbac_apply asks both.
+# bind and escalate are granted here on the shipped ClusterRoles only (resourceNames); an escalate limited by name
+# covers updating an existing ClusterRole, not creating it (the authorizer is not told the name of an object being
+# created), so the first apply needs a cluster administrator or an account holding the permissions it grants.
+STEPS["rbac_apply"] = (
+    "roles/rbac: apply the accounts' namespace, ServiceAccounts, ClusterRoles and bindings (or remove them)",
+    (
+        # kubernetes.core.k8s patches an existing Namespace whose definition differs from what it reads back (the
+        # API server's kubernetes.io/metadata.name label): found by test_rbac.py re-applying as the rbac account.
+        _g(RBAC_ROLE, ("get", "create", "patch"), "", "namespaces"),
+        _g(RBAC_ROLE, ("get", "create", "patch", "delete"), "", "serviceaccounts"),
+        _g(RBAC_ROLE, ("get", "create", "patch", "delete"), "rbac.authorization.k8s.io", "clusterroles"),
+        _g(RBAC_ROLE, ("get", "create", "patch", "delete"), "rbac.authorization.k8s.io", "clusterrolebindings"),
+        _g(RBAC_ROLE, ("get", "create", "patch", "delete"), "rbac.authorization.k8s.io", "rolebindings"),
+        Grant(
+            role=RBAC_ROLE,
+            verbs=("bind", "escalate"),
+            group="rbac.authorization.k8s.io",
+            resource="clusterroles",
+            resource_names=tuple(
+                sorted(info.name for info in (*CLUSTER_ROLES, *POD_CLUSTER_ROLES) if info.name != RBAC_ROLE)
+            ),
+        ),
     ),
 )
 
@@ -523,6 +641,7 @@ FEATURE_STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     "matrix_configmap": {None: ("audit_matrix_configmap",)},
     "nvidiadriver": {"gpu_operator": ("gpu_operator_nvidiadriver",)},
     "doctor_remediate": {None: ("doctor_remediate",)},
+    "network_operator_helm": {"network_operator": ("network_operator_helm",)},
 }
 
 
@@ -539,6 +658,8 @@ def steps_for(*, playbook: str, stage: str = "", group: str = "", features: Iter
         steps = ["rehearse_snapshot"]
     elif playbook == "diagnose":
         steps = ["doctor_diagnose"]
+    elif playbook == "rbac":
+        steps = ["rbac_apply"]
     elif playbook == "upgrade":
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {', '.join(STAGES)} (got {stage!r})")
@@ -584,6 +705,9 @@ def permissions_for(steps: Sequence[str], *, namespaces: Mapping[str, str]) -> L
         if step not in STEPS:
             raise ValueError(f"unknown step {step!r}")
         for grant in STEPS[step][1]:
+            if grant.resource_names:
+                # Asked object by object (check_rbac_apply): an access review of no name would not match the rule.
+                continue
             scope = ROLES_BY_NAME[grant.role].scope
             namespace = ""
             if scope != CLUSTER:
@@ -614,12 +738,14 @@ def namespace_keys_for(steps: Sequence[str]) -> FrozenSet[str]:
     )
 
 
-def grants_by_role() -> Dict[str, Dict[Tuple[str, str], Dict[str, List[str]]]]:
-    """ClusterRole -> (group, resource) -> verb -> the steps needing it: what rbac/ must grant."""
-    table: Dict[str, Dict[Tuple[str, str], Dict[str, List[str]]]] = {info.name: {} for info in CLUSTER_ROLES}
+def grants_by_role() -> Dict[str, Dict[Tuple[str, str, Tuple[str, ...]], Dict[str, List[str]]]]:
+    """ClusterRole -> (group, resource, resourceNames) -> verb -> the steps needing it: what rbac/ must grant."""
+    table: Dict[str, Dict[Tuple[str, str, Tuple[str, ...]], Dict[str, List[str]]]] = {
+        info.name: {} for info in CLUSTER_ROLES
+    }
     for step, (_what, grants) in STEPS.items():
         for grant in grants:
-            verbs = table[grant.role].setdefault((grant.group, grant.resource), {})
+            verbs = table[grant.role].setdefault((grant.group, grant.resource, grant.resource_names), {})
             for verb in grant.verbs:
                 verbs.setdefault(verb, [])
                 if step not in verbs[verb]:

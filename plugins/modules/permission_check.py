@@ -17,6 +17,10 @@ description:
   - The permissions come from one table in the collection (module_utils C(_permissions)), derived from what every
     module and task of the roles calls; the shipped C(rbac/) manifests and C(docs/security.md) are checked against
     the same table.
+  - With O(playbook=rbac) (playbooks/rbac.yml), checks the verbs on each kind of object given in O(objects) and, to
+    apply them, kube-apiserver's RBAC escalation check ahead of time - creating or updating a ClusterRole needs every
+    permission it grants held (or C(escalate) on it), binding one needs its permissions held where it is bound (or
+    C(bind) on it) - and fails naming each object that would be refused and the permissions not held.
   - Writes nothing; access reviews are answered without being stored.
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
@@ -33,7 +37,7 @@ options:
   playbook:
     description: The playbook whose permissions to check.
     type: str
-    choices: [audit, upgrade, rehearse]
+    choices: [audit, upgrade, diagnose, rehearse, rbac]
     required: true
   stage:
     description: The stage of C(upgrade.yml). Required with O(playbook=upgrade).
@@ -47,7 +51,8 @@ options:
     description:
       - Optional paths the run takes, each adding permissions - V(matrix_configmap) (the audit reads the matrix from a
         ConfigMap), V(nvidiadriver) (the GPU Operator canary uses an NVIDIADriver resource),
-        V(rollback_on_bake_failure) (a failed bake check rolls the canary back).
+        V(rollback_on_bake_failure) (a failed bake check rolls the canary back), V(doctor_remediate) (the doctor
+        remediates), V(network_operator_helm) (the Network Operator moves with Helm).
     type: list
     elements: str
     default: []
@@ -59,6 +64,18 @@ options:
         is an empty or missing C(ledger) (the ledger's default namespace is the GPU Operator's).
     type: dict
     default: {}
+  objects:
+    description:
+      - With O(playbook=rbac), the objects playbooks/rbac.yml applies (the C(gpufleet.upgrade.rbac_objects) filter's
+        output) - ServiceAccounts, ClusterRoles and bindings.
+    type: list
+    elements: dict
+    default: []
+  state:
+    description: With O(playbook=rbac), whether the objects are to be applied or removed.
+    type: str
+    choices: [present, absent]
+    default: present
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -79,9 +96,19 @@ EXAMPLES = r"""
 - name: Check the audit's credentials
   gpufleet.upgrade.permission_check:
     playbook: audit
+
+- name: Check the credentials may apply the shipped roles and bindings (playbooks/rbac.yml)
+  gpufleet.upgrade.permission_check:
+    playbook: rbac
+    objects: "{{ rbac_objects }}"
 """
 
 RETURN = r"""
+escalation:
+  description: With O(playbook=rbac), the objects kube-apiserver would refuse to grant (empty on success).
+  returned: when O(playbook=rbac)
+  type: list
+  elements: str
 steps:
   description: The steps of the run whose permissions were checked.
   returned: always
@@ -124,13 +151,14 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import ru
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check import (
     PermissionRequest,
     check_permissions,
+    check_rbac_apply,
 )
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
     spec.update(
-        playbook={"type": "str", "required": True, "choices": ["audit", "upgrade", "rehearse"]},
+        playbook={"type": "str", "required": True, "choices": ["audit", "upgrade", "diagnose", "rehearse", "rbac"]},
         stage={"type": "str", "choices": ["canary", "bake", "promote", "rollback"]},
         group={
             "type": "str",
@@ -138,6 +166,8 @@ def argument_spec():
         },
         features={"type": "list", "elements": "str", "default": []},
         namespaces={"type": "dict", "default": {}},
+        objects={"type": "list", "elements": "dict", "default": []},
+        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
     )
     return spec
 
@@ -153,6 +183,8 @@ def check(module):
     )
     # Runs before the stage Lease is taken: it neither needs nor renews one.
     api = KubeApi.from_params(params, keep_stage_lease=False)
+    if request.playbook == "rbac":
+        return check_rbac_apply(api, params["objects"], state=params["state"])
     return check_permissions(api, request)
 
 

@@ -312,12 +312,13 @@ def test_bad_selector_is_refused_before_any_read(stuck_twin, tmp_path):
     assert write_requests(twin) == {}
 
 
-def test_the_read_only_audit_account_can_diagnose(stuck_twin, tmp_path):
-    """The shipped read-only roles (gpufleet-audit-doctor*, bound to the audit account by playbooks/rbac.yml) cover
-    every read of the diagnosis: the same causes as the administrator's, no 403."""
+def test_the_read_only_doctor_account_can_diagnose(stuck_twin, tmp_path):
+    """The shipped read-only roles (gpufleet-audit-doctor*, bound to the doctor's own account gpufleet-doctor by
+    playbooks/rbac.yml, and to nothing else of it) cover every read of the diagnosis: the same causes as the
+    administrator's, no 403."""
     twin = stuck_twin
     apply_shipped_roles(twin)
-    token = token_of(twin, "gpufleet-audit")
+    token = token_of(twin, "gpufleet-doctor")
     out = tmp_path / "audit-account.json"
     run = run_as(twin, token, PLAYBOOK, extra_vars={"doctor_result_file": str(out)})
     assert "forbidden" not in run.output.lower(), run.output[-3000:]
@@ -325,6 +326,18 @@ def test_the_read_only_audit_account_can_diagnose(stuck_twin, tmp_path):
     _admin_run, admin = diagnose(twin, tmp_path)
     assert {n: f["cause"] for n, f in by_node(result).items()} == {n: f["cause"] for n, f in by_node(admin).items()}
     assert [c["cause"] for c in result["cluster"]] == [c["cause"] for c in admin["cluster"]]
+    assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}
+
+    # The read-only doctor's token cannot remediate: the permission preflight refuses before the first request of
+    # the remediation, naming each write and the remediation's ClusterRole; nothing is written.
+    twin.admin("POST", "report/reset")
+    refused = run_as(twin, token, PLAYBOOK, extra_vars={"doctor_remediate": True})
+    assert refused.returncode != 0
+    assert 'patch nodes in API group "" at the cluster scope (needed by doctor_remediate; granted by ClusterRole ' in (
+        refused.output
+    ), refused.output[-3000:]
+    assert "gpufleet-upgrade-doctor in rbac/diagnose.yaml through a ClusterRoleBinding)" in refused.output
+    assert write_requests(twin) == {}
     assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 import shutil
 import ssl
 import subprocess
@@ -41,8 +40,11 @@ def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path
 
 
-def apply_shipped_roles(twin) -> None:
-    run = run_playbook("playbooks/rbac.yml", twin=twin, extra_vars={"rbac_namespaces": NAMESPACES})
+def apply_shipped_roles(twin, playbooks: list | None = None) -> None:
+    variables: dict = {"rbac_namespaces": NAMESPACES}
+    if playbooks:
+        variables["rbac_playbooks"] = playbooks
+    run = run_playbook("playbooks/rbac.yml", twin=twin, extra_vars=variables)
     assert run.returncode == 0, run.output[-4000:]
 
 
@@ -101,40 +103,19 @@ def stage_as(twin, workspace: pathlib.Path, stage: str, token: str, **extra) -> 
     return run_as(twin, token, "playbooks/upgrade.yml", extra_vars=variables, timeout=600)
 
 
-# Roles of other runs bound to the same account (the rehearsal's snapshot and the doctor's diagnosis to the audit
-# account, the doctor's remediation to the upgrade account) repeat some of its reads and writes.
-OTHER_FAMILIES = ("gpufleet-audit-snapshot", "gpufleet-audit-doctor", "gpufleet-upgrade-doctor")
-
-
 def without_verb(twin, cluster_role: str, *, group: str, resource: str, verb: str) -> list:
-    """Take one verb out of the ClusterRole's rule for the resource (an administrator's slip), and out of the roles
-    of other runs bound to the same account that grant it too, so the account lacks it; returns the originals."""
-    originals = [_without_verb(twin, cluster_role, group=group, resource=resource, verb=verb, required=True)]
-    names = kubectl(twin, "get", "clusterroles", "-o", "jsonpath={.items[*].metadata.name}").split()
-    family = cluster_role.split("-")[1]
-    for name in names:
-        if name != cluster_role and name.startswith(f"gpufleet-{family}-") and name.startswith(OTHER_FAMILIES):
-            changed = _without_verb(twin, name, group=group, resource=resource, verb=verb, required=False)
-            if changed:
-                originals.append(changed)
-    return originals
-
-
-def _without_verb(twin, cluster_role: str, *, group: str, resource: str, verb: str, required: bool) -> dict:
+    """Take one verb out of the ClusterRole's rule for the resource (an administrator's slip); returns the original.
+    Each playbook's account is bound to exactly its own roles, so the account then lacks it."""
     original = json.loads(kubectl(twin, "get", "clusterrole", cluster_role, "-o", "json"))
     role = json.loads(json.dumps(original))
     matching = [rule for rule in role["rules"] if group in rule["apiGroups"] and resource in rule["resources"]]
-    if not required:
-        matching = [rule for rule in matching if verb in rule["verbs"]]
-        if not matching:
-            return {}
     assert matching and all(verb in rule["verbs"] for rule in matching), (cluster_role, group, resource, verb)
     for rule in matching:
         rule["verbs"] = [item for item in rule["verbs"] if item != verb]
     role["rules"] = [rule for rule in role["rules"] if rule["verbs"]]
     replaced = kubectl_as(twin, "", "replace", "-f", "-", stdin=json.dumps(role))
     assert replaced.returncode == 0, replaced.stderr
-    return original
+    return [original]
 
 
 def restore(twin, originals: list) -> None:
@@ -180,27 +161,45 @@ def test_audit_with_the_read_only_account_succeeds_and_its_writes_are_refused(fr
     assert kubectl_as(twin, token, "auth", "can-i", "patch", "nodes").stdout.strip() == "no"
     assert "gpufleet.io/touched" not in kubectl(twin, "get", "node", CANARY, "--show-labels")
 
-    # The upgrade with the audit token is refused before any write, naming the rules and the ClusterRole.
+    # The upgrade with the audit token: the plan's first read the account lacks (the ledger ConfigMap, which only
+    # the upgrade's, the rehearsal's and the remediation's accounts read) is refused by the API before any write,
+    # and the failure names the rule and the ClusterRoles that grant it.
     twin.admin("POST", "report/reset")
     canary = stage_as(twin, workspace, "canary", token)
     assert canary.returncode != 0
-    # (The ledger ConfigMap itself it may read: the rehearsal's snapshot, which the audit account runs, reads it;
-    # so the permission preflight is what refuses, naming what the account lacks and the upgrade's role.)
-    assert "the credentials lack " in canary.output, canary.output[-4000:]
-    assert "granted by ClusterRole gpufleet-upgrade in rbac/upgrade.yaml" in canary.output, canary.output[-4000:]
+    assert f'missing permission: get configmaps in API group "" in namespace "{NAMESPACE}"' in canary.output, (
+        canary.output[-4000:]
+    )
+    assert "gpufleet-upgrade-ledger (rbac/upgrade.yaml, bound by a RoleBinding there)" in canary.output
     assert writes(twin) == {}
     assert cluster_ledger(twin) == []
 
-    # playbooks/rbac.yml is an administrator's: with the audit token its first request (does the accounts'
-    # namespace exist?) is refused, in the API's words naming verb, resource, group and namespace (a Namespace is
-    # authorized in its own namespace, as RequestInfoFactory does); nothing is written.
+    # playbooks/rbac.yml with the audit token: its preflight refuses before anything is applied, naming the verbs
+    # the token lacks (granted by gpufleet-rbac) and the ClusterRoles kube-apiserver would refuse to let it create
+    # (it holds neither their permissions nor escalate); nothing is written.
     twin.admin("POST", "report/reset")
     rbac = run_as(twin, token, "playbooks/rbac.yml", extra_vars={"rbac_namespaces": NAMESPACES})
     assert rbac.returncode != 0
-    assert re.search(
-        r'cannot get resource \\*"namespaces\\*" in API group \\*"\\*" in the namespace \\*"gpufleet\\*"', rbac.output
-    ), rbac.output[-3000:]
+    assert (
+        'create clusterroles in API group "rbac.authorization.k8s.io" at the cluster scope (needed by rbac_apply; '
+        "granted by ClusterRole gpufleet-rbac in rbac/rbac.yaml through a ClusterRoleBinding)"
+    ) in rbac.output, rbac.output[-4000:]
+    assert "kube-apiserver would refuse to grant" in rbac.output
+    assert "create ClusterRole gpufleet-upgrade: the credentials neither hold its" in rbac.output
+    # The audit's own role it holds every permission of: not named.
+    assert "ClusterRole gpufleet-audit:" not in rbac.output
     assert writes(twin) == {}
+    assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}  # it asked, it did not try
+
+    # The rbac account (rbac/rbac.yaml: bind and escalate on the shipped roles by name) re-applies them once they
+    # exist: its preflight passes and nothing it sends is refused.
+    apply_shipped_roles(twin, playbooks=["audit", "rehearse", "diagnose", "upgrade", "rbac"])
+    twin.admin("POST", "report/reset")
+    again = run_as(
+        twin, token_of(twin, "gpufleet-rbac"), "playbooks/rbac.yml", extra_vars={"rbac_namespaces": NAMESPACES}
+    )
+    assert again.returncode == 0, again.output[-4000:]
+    assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}
 
 
 def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspace):

@@ -8,7 +8,9 @@ one ClusterRole replaced by a copy lacking the rule, one token each (TokenReques
 answering the SelfSubjectAccessReviews. Each rule is checked with a run (playbook, stage, group) that needs it. Every
 namespaced ClusterRole is bound in a namespace of its own here, so no rule is hidden by another role's grant in the
 same namespace (in the default setting the ledger lives in the GPU Operator's namespace, where the two roles'
-ConfigMap and pod rules add up). The full playbook runs with a rule removed are in test_rbac.py.
+ConfigMap and pod rules add up). The full playbook runs with a rule removed are in test_rbac.py. Every playbook's
+account is bound to exactly its playbook's roles (the doctor's remediation, which writes, to the diagnosis' read-only
+roles and its own), so a rule taken out of one role is missing from the account, whichever role it is.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ NAMESPACES = {
     "sriov_operator": "openshift-sriov-network-operator",
     "matrix": "gpufleet-matrix",
 }
-MANIFESTS = ("audit.yaml", "upgrade.yaml")
+# The manifests of the playbooks the preflight checks step by step (rbac.yaml's own check is test_rbac.py's).
+MANIFESTS = ("audit.yaml", "rehearse.yaml", "diagnose.yaml", "upgrade.yaml")
 
 
 def shipped_cluster_roles() -> list[dict[str, Any]]:
@@ -76,13 +79,15 @@ def without(role: dict[str, Any], index: int, verb: str, name: str) -> dict[str,
     return reduced
 
 
-def role_family(name: str) -> str:
-    """The shipped roles one run uses together: gpufleet-audit-snapshot*, gpufleet-audit-doctor*,
-    gpufleet-upgrade-doctor*, else the rest of gpufleet-audit* or gpufleet-upgrade*."""
-    for family in (table.SNAPSHOT_ROLE, table.DOCTOR_ROLE, table.REMEDY_ROLE):
-        if name.startswith(family):
-            return family
-    return table.AUDIT_ROLE if name.startswith(table.AUDIT_ROLE) else table.UPGRADE_ROLE
+def account_of(name: str) -> str:
+    """The account a rule of the ClusterRole is swept with: its own playbook's (the diagnosis' read-only roles are
+    bound to the doctor's account and the remediation's; they are swept with the doctor's)."""
+    return table.ROLES_BY_NAME[name].accounts[0]
+
+
+def bound_to(account: str, shipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every shipped ClusterRole bound to the account: exactly what it runs with."""
+    return [item for item in shipped if account in table.ROLES_BY_NAME[item["metadata"]["name"]].accounts]
 
 
 def runs() -> Iterator[PermissionRequest]:
@@ -93,7 +98,7 @@ def runs() -> Iterator[PermissionRequest]:
     yield PermissionRequest(playbook="rehearse", namespaces=NAMESPACES)
     yield PermissionRequest(playbook="diagnose", namespaces=NAMESPACES)
     yield PermissionRequest(playbook="diagnose", features=("doctor_remediate",), namespaces=NAMESPACES)
-    optional = ("nvidiadriver", "rollback_on_bake_failure")
+    optional = ("nvidiadriver", "rollback_on_bake_failure", "network_operator_helm")
     for stage, group, count in itertools.product(table.STAGES, table.GROUPS, range(len(optional) + 1)):
         for features in itertools.combinations(optional, count):
             yield PermissionRequest(
@@ -169,30 +174,27 @@ def test_any_single_rule_removed_is_named_by_the_preflight_and_nothing_is_writte
     namespaces = sorted({ACCOUNTS, *NAMESPACES.values(), "default"})
     apply(client, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}} for name in namespaces])
     shipped = shipped_cluster_roles()
-    assert {role["metadata"]["name"] for role in shipped} == {info.name for info in table.CLUSTER_ROLES}
+    assert {role["metadata"]["name"] for role in shipped} == {
+        info.name for info in table.CLUSTER_ROLES if info.manifest in MANIFESTS
+    }
 
     # Every account, its reduced ClusterRole and its bindings first, then the sweep (which must write nothing).
     cases = []
     for role in shipped:
         name = role["metadata"]["name"]
-        playbook = "audit" if name.startswith(table.AUDIT_ROLE) else "upgrade"
-        # The account gets every role of the same family (the audit's, the snapshot's, the doctor's, the
-        # remediation's or the upgrade's): roles of other families grant some of the same reads, which would
-        # hide a rule taken out of this one.
-        family = role_family(name)
-        if family == table.REMEDY_ROLE:
-            # Not swept yet: the remediation roles repeat the diagnosis' reads, which the table names under the
-            # diagnosis roles (gpufleet-audit-doctor*), so a read taken out here is named there (issue 24, left).
-            continue
-        siblings = [item for item in shipped if role_family(item["metadata"]["name"]) == family]
+        # The account is bound to exactly its playbook's roles (rbac_objects, as roles/rbac binds them), one of
+        # them lacking the rule.
+        key = account_of(name)
         for index, verb in rules_of(role):
             account = f"sweep-{len(cases):03d}"
             reduced = without(role, index, verb, f"{name}-{account}")
-            roles = [reduced if item is role else item for item in siblings]
-            objects = rbac_objects(roles, {playbook: {"name": account, "namespace": ACCOUNTS}}, NAMESPACES)
-            # The bindings carry the ClusterRole's name: give each account its own.
+            objects = rbac_objects(bound_to(key, shipped), {key: {"name": account, "namespace": ACCOUNTS}}, NAMESPACES)
+            # The bindings carry the ClusterRole's name: give each account its own, and bind the reduced copy
+            # instead of the role.
             for item in objects:
                 if item["kind"].endswith("Binding"):
+                    if item["roleRef"]["name"] == name:
+                        item["roleRef"]["name"] = reduced["metadata"]["name"]
                     item["metadata"]["name"] = f"{item['roleRef']['name']}-{account}"
             apply(client, [reduced, *objects])
             request, permission = run_needing(role, role["rules"][index], verb)
@@ -238,7 +240,7 @@ def test_kubectl_auth_can_i_list_shows_the_shipped_roles_in_each_namespace(twin:
     client = admin_client(twin)
     namespaces = sorted({ACCOUNTS, *NAMESPACES.values(), "default"})
     apply(client, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}} for name in namespaces])
-    roles = [role for role in shipped_cluster_roles() if role["metadata"]["name"].startswith("gpufleet-upgrade")]
+    roles = bound_to("upgrade", shipped_cluster_roles())
     objects = rbac_objects(roles, {"upgrade": {"name": "upgrade-full", "namespace": ACCOUNTS}}, NAMESPACES)
     for item in objects:
         if item["kind"].endswith("Binding"):

@@ -10,6 +10,7 @@ foresee was needed.
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from gpufleet_twin.process import start_twin
 
+from .conftest import kubectl
 from .fault_matrix import Group, assert_outcome, get_json, write_matrix
 from .test_fault_matrix import GROUPS
 from .test_rbac import account_env, apply_shipped_roles, token_of
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.slow
 CANARY = "gpu-worker-001"
 GPU_NAMESPACE = "nvidia-gpu-operator"
 GPU_PACKAGE = "gpu-operator-certified"
+SRIOV_NAMESPACE = "openshift-sriov-network-operator"
 BAKE = 49 * 3600  # past the flow's 48 h bake window
 # Groups whose rollback the flow refuses by design (tests/integration/test_openshift.py), whatever the token.
 ROLLBACK_REFUSED = {"openshift": "OpenShift does not support downgrading a cluster"}
@@ -99,9 +102,10 @@ def test_every_stage_succeeds_with_exactly_the_shipped_roles(name: str, tmp_path
         assert group.twin.stop() == 0, group.twin.log_path.read_text()[-2000:]
 
 
-def test_sriov_canary_halts_as_it_does_with_the_administrators_token(tmp_path: pathlib.Path) -> None:
+def test_sriov_canary_halts_on_416_and_moves_the_operator_on_417_with_the_shipped_role(tmp_path: pathlib.Path) -> None:
     """The twin runs OpenShift 4.16, whose index offers no newer SR-IOV build: the canary is refused by the group's
-    own check before any change, with the account as with the administrator (its reads are all granted)."""
+    own check before any change, with the account as with the administrator (its reads are all granted). On 4.17 the
+    account's canary upgrades the operator through OLM (its writes granted by gpufleet-upgrade-sriov-operator)."""
     group = account_group("sriov", tmp_path)
     try:
         twin = group.twin
@@ -116,5 +120,20 @@ def test_sriov_canary_halts_as_it_does_with_the_administrators_token(tmp_path: p
         as_admin = admin.run("canary", upgrade_wait_timeout=10)
         assert as_admin.returncode != 0
         assert "update OpenShift to 4.17 first" in as_admin.output, as_admin.output[-4000:]
+
+        # The same cluster once OpenShift 4.17 is installed (its ClusterVersion's newest Completed history entry, as
+        # the CVO writes it; Red Hat's index then offers the 4.17 build): the canary really moves the operator
+        # through OLM with the account - the Subscription's channel, the InstallPlan's approval, the new CSV - and
+        # the API refuses nothing.
+        version = get_json(twin, "clusterversion", "version")
+        history = [dict(version["status"]["history"][0], version="4.17.3", state="Completed")]
+        patch = {"status": {"history": history + version["status"]["history"], "desired": {"version": "4.17.3"}}}
+        kubectl(
+            twin, "patch", "clusterversion", "version", "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+        )
+        canary = run_stage(group, "canary")
+        assert canary["outcome"] == "success", canary
+        subscription = get_json(twin, "subscription", "-n", SRIOV_NAMESPACE, "sriov-network-operator")
+        assert subscription["status"]["installedCSV"].startswith("sriov-network-operator.v4.17.0"), subscription
     finally:
         assert group.twin.stop() == 0, group.twin.log_path.read_text()[-2000:]

@@ -7,14 +7,23 @@ import json
 import pytest
 
 
-def test_requests_without_or_with_a_wrong_token_get_401_status(twin):
-    for token in (None, "not-the-token"):
-        result = twin.request("GET", "/api/v1/namespaces", token=token)
-        assert result.status == 401
-        status = result.json()
-        assert status["kind"] == "Status"
-        assert status["code"] == 401
-        assert status["reason"] == "Unauthorized"
+def test_requests_with_a_wrong_token_get_401_and_without_one_are_anonymous(twin):
+    result = twin.request("GET", "/api/v1/namespaces", token="not-the-token")
+    assert result.status == 401
+    status = result.json()
+    assert status["kind"] == "Status"
+    assert status["code"] == 401
+    assert status["reason"] == "Unauthorized"
+    # No credentials: kube-apiserver's default --anonymous-auth=true makes the request system:anonymous, whom RBAC
+    # refuses all but the public info (system:public-info-viewer, bound to system:unauthenticated).
+    anonymous = twin.request("GET", "/api/v1/namespaces", token=None)
+    assert anonymous.status == 403
+    assert anonymous.json()["message"] == (
+        'namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" in API group "" at the '
+        "cluster scope"
+    )
+    assert twin.request("GET", "/version", token=None).status == 200
+    assert twin.request("GET", "/api", token=None).status == 403  # system:discovery is for authenticated users
     assert twin.request("GET", "/api/v1/namespaces").status == 200
     assert twin.request("GET", "/admin/healthz", token=None).status == 401
     assert twin.request("GET", "/admin/healthz").json()["status"] == "ok"

@@ -484,3 +484,107 @@ def test_labelled_cluster_roles_aggregate_into_view(twin, namespace):
     twin.kubectl("delete", "clusterrole", extra)
     assert rule not in json.loads(twin.kubectl("get", "clusterrole", "view", "-o", "json").stdout)["rules"]
     assert twin.request("GET", leases, token=token).status == 403
+
+
+def test_granting_permissions_not_held_is_refused_as_kube_apiserver_words_it(twin, audit, namespace):
+    """pkg/registry/rbac's escalation check: a ClusterRole or binding may grant only what its writer holds, unless
+    the writer may escalate (roles) or bind (bindings); kubectl sees the real 403 wording."""
+    writer = unique("rbac-writer")
+    _cluster_role(
+        twin,
+        writer,
+        [
+            {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["clusterroles", "clusterrolebindings", "rolebindings"],
+                "verbs": ["create"],
+            }
+        ],
+    )
+    subject = {"kind": "ServiceAccount", "name": "audit", "namespace": namespace}
+    _bind(twin, name=writer, role_kind="ClusterRole", role=writer, subject=subject)
+    token, user = audit["token"], audit["user"]
+    groups = f'["system:serviceaccounts" "system:serviceaccounts:{namespace}" "system:authenticated"]'
+
+    too_much = unique("patch-nodes")
+    body = {
+        "metadata": {"name": too_much},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch", "delete"]},
+            {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list"]},
+        ],
+    }
+    refused = twin.request("POST", f"{RBAC}/clusterroles", body=body, token=token)
+    assert refused.status == 403, refused.body
+    assert refused.json()["message"] == (
+        f'clusterroles.rbac.authorization.k8s.io "{too_much}" is forbidden: user "{user}" (groups={groups}) is '
+        "attempting to grant RBAC permissions not currently held:\n"
+        '{APIGroups:[""], Resources:["nodes"], Verbs:["patch" "delete"]}'
+    )
+    assert refused.json()["details"] == {"name": too_much, "group": "rbac.authorization.k8s.io", "kind": "clusterroles"}
+    assert twin.request("GET", f"{RBAC}/clusterroles/{too_much}").status == 404
+
+    # What it holds it may grant, and bind where it holds it.
+    held = unique("read-nodes")
+    body_held = {"metadata": {"name": held}, "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]}
+    assert twin.request("POST", f"{RBAC}/clusterroles", body=body_held, token=token).status == 201
+    binding = {
+        "metadata": {"name": held},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": held},
+        "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": namespace}],
+    }
+    assert twin.request("POST", f"{RBAC}/clusterrolebindings", body=binding, token=token).status == 201
+
+    # Binding cluster-admin is granting everything: refused with its rules, compacted and sorted.
+    admin_binding = dict(
+        binding, metadata={"name": unique("admin")}, roleRef=dict(binding["roleRef"], name="cluster-admin")
+    )
+    refused_bind = twin.request("POST", f"{RBAC}/namespaces/{namespace}/rolebindings", body=admin_binding, token=token)
+    assert refused_bind.status == 403
+    assert refused_bind.json()["message"] == (
+        f'rolebindings.rbac.authorization.k8s.io "{admin_binding["metadata"]["name"]}" is forbidden: user "{user}" '
+        f"(groups={groups}) is attempting to grant RBAC permissions not currently held:\n"
+        '{APIGroups:["*"], Resources:["*"], Verbs:["*"]}\n{NonResourceURLs:["*"], Verbs:["*"]}'
+    )
+    # A binding of a role that does not exist is refused with the resolution error.
+    missing = dict(binding, metadata={"name": unique("missing")}, roleRef=dict(binding["roleRef"], name="no-such"))
+    gone = twin.request("POST", f"{RBAC}/clusterrolebindings", body=missing, token=token)
+    assert gone.status == 403
+    assert gone.json()["message"].endswith('is forbidden: clusterrole.rbac.authorization.k8s.io "no-such" not found')
+
+    # kubectl meets the same refusal.
+    created = twin.kubectl(
+        "--token", token, "create", "clusterrole", unique("kubectl"), "--verb=delete", "--resource=pods", check=False
+    )
+    assert created.returncode != 0
+    assert "is attempting to grant RBAC permissions not currently held" in created.stderr, created.stderr
+
+    # escalate on clusterroles lets it create the role; bind on cluster-admin (by name) lets it bind that one.
+    powers = unique("powers")
+    _cluster_role(
+        twin,
+        powers,
+        [
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["escalate"]},
+            {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["clusterroles"],
+                "verbs": ["bind"],
+                "resourceNames": ["cluster-admin"],
+            },
+        ],
+    )
+    _bind(twin, name=powers, role_kind="ClusterRole", role=powers, subject=subject)
+    assert twin.request("POST", f"{RBAC}/clusterroles", body=body, token=token).status == 201
+    allowed = twin.request("POST", f"{RBAC}/namespaces/{namespace}/rolebindings", body=admin_binding, token=token)
+    assert allowed.status == 201, allowed.body
+    for path in (
+        f"{RBAC}/clusterroles/{too_much}",
+        f"{RBAC}/clusterroles/{held}",
+        f"{RBAC}/clusterroles/{writer}",
+        f"{RBAC}/clusterroles/{powers}",
+        f"{RBAC}/clusterrolebindings/{held}",
+        f"{RBAC}/clusterrolebindings/{writer}",
+        f"{RBAC}/clusterrolebindings/{powers}",
+    ):
+        twin.request("DELETE", path)

@@ -532,3 +532,32 @@ def test_impersonation_needs_the_impersonate_verb():
     with pytest.raises(ApiError) as groups_only:
         rbac.impersonated_user(requester=ADMIN, user="", groups=["ops"], uid="", policy=Policy())
     assert groups_only.value.code == 400
+
+
+def test_escalation_check_breaks_rules_down_and_words_the_missing_ones_as_go_does():
+    from gpufleet_twin import rbac_escalation as escalation
+
+    held = [
+        {"apiGroups": [""], "resources": ["nodes", "pods/*"], "verbs": ["get", "list"]},
+        {"apiGroups": ["*"], "resources": ["*/status"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["update"], "resourceNames": ["ledger"]},
+        {"nonResourceURLs": ["/healthz*"], "verbs": ["get"]},
+    ]
+    wanted = [
+        {"apiGroups": [""], "resources": ["nodes", "deployments/status"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["update"], "resourceNames": ["ledger", "other"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["update"]},
+        {"nonResourceURLs": ["/healthz/ready", "/metrics"], "verbs": ["get"]},
+    ]
+    missing = escalation.missing_rules(held, wanted)
+    lines = sorted(escalation.compact_string(rule) for rule in escalation.compact(missing))
+    assert lines == [
+        '{APIGroups:[""], Resources:["configmaps"], ResourceNames:["other"], Verbs:["update"]}',
+        '{APIGroups:[""], Resources:["configmaps"], Verbs:["update"]}',
+        '{APIGroups:[""], Resources:["deployments/status"], Verbs:["patch"]}',
+        '{APIGroups:[""], Resources:["nodes"], Verbs:["patch"]}',
+        '{NonResourceURLs:["/metrics"], Verbs:["get"]}',
+    ]
+    # "pods/*" covers no subresource by itself in ruleCovers (only "*" and "*/sub" do): pods/log is missing.
+    assert escalation.missing_rules(held, [{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}])
+    assert escalation.missing_rules(held, [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]) == []

@@ -15,8 +15,9 @@ Serves ``Twin.store`` the way a real API server serves etcd, so kubectl, the
   ``orphan`` finalizers from the propagation options (``sim/garbagecollector``
   does the rest), namespace deletion of its content, CRDs registering their
   kinds live; zero values of ``omitempty`` fields dropped (``omitempty.py``);
-- bearer-token authentication (401 Status otherwise), RBAC authorization of
-  every request (``rbac.py``: 403 Status as kube-apiserver words it;
+- bearer-token authentication (401 Status for a wrong token; no credentials are ``system:anonymous``, as
+  with kube-apiserver's default --anonymous-auth=true), RBAC authorization of every request and its escalation
+  check on RBAC writes (``rbac.py``, ``rbac_escalation.py``: 403 Status as kube-apiserver words it;
   SelfSubjectAccessReview/SelfSubjectRulesReview answered from the same rules),
   and the Twin's request hooks around every API request.
 
@@ -48,7 +49,18 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import builtin_types, crd_schema, errors, omitempty, openapi, patching, rbac, selectors, serviceaccount_tokens
+from . import (
+    builtin_types,
+    crd_schema,
+    errors,
+    omitempty,
+    openapi,
+    patching,
+    rbac,
+    rbac_escalation,
+    selectors,
+    serviceaccount_tokens,
+)
 from .clock import SimClock
 from .cluster import RequestInfo, Twin
 from .disruption import compute_budget, is_pod_ready, pdb_status
@@ -126,6 +138,8 @@ def install_api_machinery(twin: Twin) -> None:
     store.add_admission(_default_builtin_fields)
     store.add_admission(_admit_crd_object)
     store.add_admission(rbac.admit)
+    store.add_admission(rbac_escalation.admit)
+    store.listener_context = rbac_escalation.as_controller
     store.add_admission(crd_schema.make_crd_admission())
     # Last: fill what the other hooks left out, as encoding a Go struct would.
     store.add_admission(RequiredFieldsCompletion(openapi.SchemaCatalog(twin.registry), twin.clock))
@@ -1059,7 +1073,15 @@ class ApiServer:
     ) -> web.StreamResponse:
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        user = self._user_of(token.strip()) if scheme.lower() == "bearer" else None
+        own_route = request.match_info.route.resource is not None and request.match_info.get("tail") is None
+        if not header and not own_route:
+            # No credentials at all: kube-apiserver's default (--anonymous-auth=true) authenticates the request as
+            # system:anonymous in system:unauthenticated, and RBAC decides (403 but for what the bootstrap policy
+            # allows everyone: system:public-info-viewer's /version, /healthz...). Credentials that fail are 401,
+            # and so is the twin's own /admin/ API without credentials (it is not kube-apiserver's).
+            user: serviceaccount_tokens.UserInfo | None = serviceaccount_tokens.ANONYMOUS
+        else:
+            user = self._user_of(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
             return _status_response(errors.unauthorized())
         try:
@@ -1074,7 +1096,7 @@ class ApiServer:
             return _status_response(problem)
         user = acting_as or user
         request[_USER] = user
-        if request.match_info.route.resource is not None and request.match_info.get("tail") is None:
+        if own_route:
             # The twin's own routes (/admin/...) are non-resource paths: system:masters may use them, others
             # only where a rule names the path. API requests are authorized in _serve.
             attributes = rbac.request_attributes(
@@ -1083,7 +1105,12 @@ class ApiServer:
             decision = rbac.authorize(attributes, self.policy)
             if not decision.allowed:
                 return _status_response(rbac.forbidden(attributes, decision.reason))
-        return await handler(request)
+        # The RBAC storage's escalation check (rbac_escalation) needs who writes and the name the URL gives.
+        named = rbac.request_attributes(
+            user=user, method=request.method, path=request.path, query=rbac.query_of(request.query_string)
+        ).name
+        with rbac_escalation.requester(user, self.policy, named):
+            return await handler(request)
 
     def _user_of(self, token: str) -> serviceaccount_tokens.UserInfo | None:
         """Who a bearer token stands for: the admin, a static user token, or a ServiceAccount token the twin issued."""

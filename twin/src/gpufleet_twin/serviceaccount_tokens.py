@@ -65,6 +65,8 @@ class UserInfo:
 
 ADMIN = UserInfo(username="gpufleet-twin-admin", groups=("system:masters", "system:authenticated"))
 AUTHENTICATED = "system:authenticated"
+# Who a request without credentials is, with kube-apiserver's default --anonymous-auth=true.
+ANONYMOUS = UserInfo(username="system:anonymous", groups=("system:unauthenticated",))
 
 
 class StaticTokens:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import builtins
+import contextlib
 import copy
 import datetime as dt
 import json
@@ -151,6 +152,8 @@ class Store:
         self._admission: list[Admission] = []
         self._delete_handlers: dict[tuple[str, str], DeleteHandler] = {}
         self._listeners: list[Listener] = []
+        # Around the listeners (controllers): they write as themselves, not as the request that woke them.
+        self.listener_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
         # Each listed object's JSON, kept with the very dict it encodes: a write
         # stores a new dict, so an entry is current exactly while its dict is.
         self._encoded: dict[tuple[tuple[str, str], tuple[str, str]], tuple[Obj, bytes]] = {}
@@ -556,8 +559,9 @@ class Store:
         for watcher in list(self._watchers):
             if watcher.rtype.key == event.rtype.key:
                 watcher.offer(event)
-        for listener in self._listeners:
-            listener(event)
+        with self.listener_context():
+            for listener in self._listeners:
+                listener(event)
 
 
 def compact_json(obj: Any) -> bytes:

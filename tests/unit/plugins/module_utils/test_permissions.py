@@ -338,9 +338,8 @@ def test_the_example_bindings_bind_every_shipped_clusterrole_once():
 def test_rbac_objects_bind_cluster_roles_cluster_wide_and_namespaced_ones_where_they_act():
     docs = [doc for _name, doc in _manifest_docs()]
     accounts = {
-        "audit": {"name": "gpufleet-audit", "namespace": "gpufleet"},
-        "upgrade": {"name": "gpufleet-upgrade", "namespace": "gpufleet"},
-        "scc": {"name": "gpufleet-validate", "namespace": "nvidia-gpu-operator"},
+        key: {"name": name, "namespace": "nvidia-gpu-operator" if key == "scc" else "gpufleet"}
+        for key, name in table.ACCOUNTS.items()
     }
     objects = rbac_objects(docs, accounts, {**NAMESPACES, "matrix": ""})
     bindings = {
@@ -350,11 +349,105 @@ def test_rbac_objects_bind_cluster_roles_cluster_wide_and_namespaced_ones_where_
     assert ("RoleBinding", "nvidia-gpu-operator", "gpufleet-upgrade-ledger") in bindings
     assert ("RoleBinding", "default", "gpufleet-upgrade-node-events") in bindings
     assert ("RoleBinding", "nvidia-gpu-operator", "gpufleet-validate-scc") in bindings
+    assert ("RoleBinding", "nvidia-network-operator", "gpufleet-upgrade-network-operator-helm") in bindings
     assert not any(role == "gpufleet-audit-matrix" for _kind, _ns, role in bindings)  # its namespace is empty
-    assert bindings[("ClusterRoleBinding", "", "gpufleet-audit")]["subjects"] == [
-        {"kind": "ServiceAccount", "name": "gpufleet-audit", "namespace": "gpufleet"}
+
+    def subjects(kind, namespace, role):
+        return [item["name"] for item in bindings[(kind, namespace, role)]["subjects"]]
+
+    # One account per playbook: each bound to exactly its playbook's roles.
+    assert subjects("ClusterRoleBinding", "", "gpufleet-audit") == ["gpufleet-audit"]
+    assert subjects("ClusterRoleBinding", "", "gpufleet-audit-snapshot") == ["gpufleet-rehearse"]
+    assert subjects("RoleBinding", "nvidia-gpu-operator", "gpufleet-audit-snapshot-ledger") == ["gpufleet-rehearse"]
+    # The diagnosis' read-only roles go to the doctor and to the remediation; the remediation's writes to it alone.
+    assert subjects("ClusterRoleBinding", "", "gpufleet-audit-doctor") == [
+        "gpufleet-doctor",
+        "gpufleet-doctor-remediate",
     ]
-    assert [o["kind"] for o in objects[:3]] == ["ServiceAccount"] * 3
+    assert subjects("ClusterRoleBinding", "", "gpufleet-upgrade-doctor") == ["gpufleet-doctor-remediate"]
+    assert subjects("ClusterRoleBinding", "", "gpufleet-rbac") == ["gpufleet-rbac"]
+    for (kind, namespace, role), binding in bindings.items():
+        names = {item["name"] for item in binding["subjects"]}
+        expected = {
+            table.ACCOUNTS[key]
+            for key in table.ROLES_BY_NAME.get(role, table.ClusterRoleInfo(role, "", "", "", ("scc",))).accounts
+        }
+        assert names == expected, (kind, namespace, role)
+    service_accounts = [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"]
+    assert sorted(service_accounts) == sorted(table.ACCOUNTS.values())
+    # Only the accounts given are bound: the doctor's roles without the remediation's account.
+    only_doctor = rbac_objects(
+        [
+            doc
+            for name, doc in _manifest_docs()
+            if name == "diagnose.yaml" and doc["metadata"]["name"].startswith("gpufleet-audit")
+        ],
+        {"diagnose": accounts["diagnose"]},
+        NAMESPACES,
+    )
+    assert {o["metadata"]["name"] for o in only_doctor if o["kind"] == "ServiceAccount"} == {"gpufleet-doctor"}
+
+
+def test_the_rbac_preflight_names_missing_verbs_and_roles_it_could_not_grant():
+    """check_rbac_apply against a fake API whose access reviews allow a fixed set: what it asks and what it says."""
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check import check_rbac_apply
+
+    class Api:
+        requests_sent = 0
+
+        def __init__(self, allowed):
+            self.allowed = allowed
+            self.asked = []
+
+        def create(self, _ref, body):
+            attributes = body["spec"]["resourceAttributes"]
+            key = (
+                attributes["verb"],
+                attributes["resource"],
+                attributes.get("namespace", ""),
+                attributes.get("name", ""),
+            )
+            self.asked.append(key)
+            return {"status": {"allowed": key in self.allowed}}
+
+        def get(self, _ref, name):
+            return {"metadata": {"name": name}} if name == "existing" else None
+
+    role = {
+        "kind": "ClusterRole",
+        "metadata": {"name": "new"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+    }
+    existing = dict(role, metadata={"name": "existing"})
+    binding = {
+        "kind": "RoleBinding",
+        "metadata": {"name": "new", "namespace": "ns"},
+        "roleRef": {"kind": "ClusterRole", "name": "new"},
+    }
+    verbs = {
+        (verb, resource, "", "")
+        for verb in ("get", "create", "patch")
+        for resource in ("namespaces", "serviceaccounts", "clusterroles", "clusterrolebindings", "rolebindings")
+    }
+    # Holds get nodes only; may escalate the existing role by name and bind nothing.
+    api = Api(
+        verbs | {("get", "nodes", "", ""), ("get", "nodes", "ns", ""), ("escalate", "clusterroles", "", "existing")}
+    )
+    with pytest.raises(InvalidInputError) as refused:
+        check_rbac_apply(api, [role, existing, binding])
+    message = str(refused.value)
+    assert "the credentials lack" not in message  # every verb on the kinds is allowed
+    assert "create ClusterRole new: the credentials neither hold its 1 permission(s) patch nodes" in message
+    assert "ClusterRole existing" not in message  # escalate by name covers updating it
+    assert 'create RoleBinding new in namespace "ns": the credentials neither may bind ClusterRole new' in message
+    # A create is asked without a name (the authorizer is not told the new object's name).
+    assert ("escalate", "clusterroles", "", "") in api.asked
+    # Removing asks only get and delete, and nothing about escalation.
+    api = Api(set())
+    with pytest.raises(InvalidInputError) as removing:
+        check_rbac_apply(api, [role], state="absent")
+    assert {verb for verb, *_rest in api.asked} == {"get", "delete"}
+    assert "granted by ClusterRole gpufleet-rbac in rbac/rbac.yaml" in str(removing.value)
 
 
 def test_a_given_token_wins_over_the_kubeconfig_user(tmp_path, monkeypatch):
