@@ -219,10 +219,12 @@ def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspac
     assert "the credentials lack 1 permission(s)" in audit.output
     assert "granted by ClusterRole gpufleet-audit in rbac/audit.yaml" in audit.output
 
-    # The rehearsal's snapshot lists DaemonSets too (gpufleet-audit-snapshot, bound to the same account, lost the
-    # rule with it): its permission preflight refuses first, naming the rule and the ClusterRole, and nothing but
-    # the preflight's questions (and its look at the ClusterPolicy for the ledger's namespace) reached the cluster.
-    token = token_of(twin, "gpufleet-audit")
+    # The rehearsal's snapshot lists DaemonSets too, with an account of its own (gpufleet-rehearse): the same slip in
+    # its role, gpufleet-audit-snapshot, makes its permission preflight refuse first, naming the rule and the
+    # ClusterRole, and nothing but the preflight's questions (and its look at the ClusterPolicy for the ledger's
+    # namespace) reaches the cluster.
+    without_verb(twin, "gpufleet-audit-snapshot", group="apps", resource="daemonsets", verb="list")
+    token = token_of(twin, "gpufleet-rehearse")
     twin.admin("POST", "report/reset")
     rehearsal = run_as(
         twin,
@@ -233,7 +235,7 @@ def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspac
     assert rehearsal.returncode != 0
     assert "the credentials lack 1 permission(s)" in rehearsal.output, rehearsal.output[-4000:]
     assert 'list daemonsets in API group "apps" at the cluster scope' in rehearsal.output, rehearsal.output[-4000:]
-    assert "granted by ClusterRole gpufleet-audit-snapshot in rbac/audit.yaml" in rehearsal.output
+    assert "granted by ClusterRole gpufleet-audit-snapshot in rbac/rehearse.yaml" in rehearsal.output
     served = twin.report()["requests"]["by_verb_resource"]
     reviews = "create selfsubjectaccessreviews.authorization.k8s.io"
     assert set(served) <= {reviews, "list clusterpolicies.nvidia.com"}, served
