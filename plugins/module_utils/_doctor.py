@@ -548,6 +548,7 @@ def diagnose(view: ClusterView, *, options: DoctorOptions = DoctorOptions()) -> 
     interrupted = _interrupted_rollout(view)
     if interrupted:
         cluster.append(interrupted)
+        _offer_clear_holds(findings, interrupted)
     for finding in findings:
         finding.seconds_in_state = (
             int((view.now - finding.since).total_seconds()) if finding.since is not None else None
@@ -1249,6 +1250,29 @@ def _interrupted_rollout(view: ClusterView) -> Optional[Dict[str, Any]]:
         },
         "remedy": CAUSES["rollout_interrupted"][1],
     }
+
+
+def _offer_clear_holds(findings: Sequence[Finding], interrupted: Mapping[str, Any]) -> None:
+    """A hold this collection set (skip label with its hold annotation) is stale once the run that set it stopped
+    without releasing its stage Lease and the Lease has expired: ``clear_hold`` may release it."""
+    holder = str(interrupted["evidence"]["holder"])
+    for finding in findings:
+        if finding.cause != "held_by_canary" or finding.remediation is not None:
+            continue
+        component = GPU if finding.component == COMPONENTS[GPU] else OFED
+        finding.evidence["stale_since_lease_of"] = holder
+        finding.remediation = Remediation(
+            action="clear_hold",
+            node=finding.node,
+            target={
+                "label": SKIP_LABEL.format(component),
+                "annotation": HOLD_ANNOTATIONS[component],
+                "lease": interrupted["evidence"]["lease"],
+                "holder": holder,
+            },
+            description=f"remove this collection's hold ({SKIP_LABEL.format(component)}, "
+            f"{HOLD_ANNOTATIONS[component]}) from {finding.node}, left by {holder} whose Lease expired",
+        )
 
 
 def summary_lines(result: Mapping[str, Any]) -> List[str]:

@@ -462,7 +462,8 @@ STEPS["doctor_diagnose"] = (
 )
 STEPS["doctor_remediate"] = (
     "diagnose.yml with doctor_remediate: the same reads, then relabel an upgrade-failed node, evict the pods the "
-    "user's selector names, restart a failing validator once, unpause a pool this collection paused; each recorded "
+    "user's selector names, restart a failing validator once, unpause a pool this collection paused, clear this "
+    "collection's stale holds (after reading the stage Lease); each recorded "
     "as a Node Event and a ledger entry",
     (
         *_doctor_reads(REMEDY_ROLE, REMEDY_OPERATOR_ROLE, REMEDY_NODE_EVENTS_ROLE, REMEDY_LEDGER_ROLE),
