@@ -1154,13 +1154,30 @@ def _ofed_findings(
     return findings
 
 
+def pool_membership(pools: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
+    """Each node's MachineConfigPool: a custom pool wins over ``worker`` (nodes in a custom pool keep the worker role
+    label), ``master`` over both; between two custom pools (an error upstream) the first by name."""
+    membership: Dict[str, str] = {}
+    for node in nodes:
+        matched = sorted(
+            str((pool.get("metadata") or {}).get("name"))
+            for pool in pools
+            if _spec(pool, "nodeSelector") and selector_object_matches(_spec(pool, "nodeSelector"), _labels(node))
+        )
+        if not matched:
+            continue
+        custom = [name for name in matched if name not in ("master", "worker")]
+        membership[node_name(node)] = "master" if "master" in matched else (custom or matched)[0]
+    return membership
+
+
 def _mcp_findings(view: ClusterView) -> List[Finding]:
     """Nodes whose MachineConfigPool holds their update: paused (who, since when) or degraded."""
     findings: List[Finding] = []
+    membership = pool_membership(view.machine_config_pools, view.nodes)
     for pool in view.machine_config_pools:
         pool_name = str((pool.get("metadata") or {}).get("name"))
-        selector = _spec(pool, "nodeSelector")
-        members = [node for node in view.nodes if selector and selector_object_matches(selector, _labels(node))]
+        members = [node for node in view.nodes if membership.get(node_name(node)) == pool_name]
         paused = bool(_spec(pool).get("paused"))
         conditions = {c.get("type"): c for c in (pool.get("status") or {}).get("conditions") or []}
         for node in members:
