@@ -123,12 +123,13 @@ _DIAGNOSIS_KEYS = ("node", "component", "state", "in_state_for", "cause", "cause
 
 
 def halted_diagnosis(doctor: Any, halted_nodes: Sequence[str]) -> Dict[str, Any]:
-    """The doctor's findings for the nodes a halted stage names (all stuck nodes when it names none), trimmed for the
-    ledger: what each node waits on, why, and what unsticks it; plus the cluster-wide blockers."""
+    """The doctor's findings for the nodes a halted stage names, trimmed for the ledger: what each node waits on,
+    why, and what unsticks it; plus the cluster-wide blockers. A halt that names no node (a refused preflight) gets
+    the cluster-wide blockers only: the other stuck nodes (a canary's held ones) are not what halted it."""
     if not isinstance(doctor, Mapping) or not isinstance(doctor.get("findings"), list):
         return {}
     wanted = {str(node) for node in halted_nodes if node}
-    found = [f for f in doctor["findings"] if isinstance(f, Mapping) and (not wanted or f.get("node") in wanted)]
+    found = [f for f in doctor["findings"] if isinstance(f, Mapping) and f.get("node") in wanted]
     rows = []
     for finding in found[:DIAGNOSIS_LIMIT]:
         row = {key: finding.get(key) for key in _DIAGNOSIS_KEYS}

@@ -54,7 +54,7 @@ def _pool(name: str, *, paused: bool, annotations: dict[str, str] | None = None)
 
 
 def _twin_now(twin: TwinProcess) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(twin.admin("GET", "clock")["epoch_seconds"], datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(twin.admin("GET", "clock")["epoch_seconds"], datetime.UTC)
 
 
 def _stamp(moment: datetime.datetime) -> str:

@@ -283,7 +283,9 @@ def test_a_halted_stage_carries_the_doctors_diagnosis_and_its_next_says_what_uns
     kept = halted_diagnosis(doctor, ["gpu-worker-001"])
     assert [f["node"] for f in kept["findings"]] == ["gpu-worker-001"]  # only the halted node
     assert "evidence" not in kept["findings"][0] and kept["findings"][0]["remediation"] == ""
-    assert halted_diagnosis(doctor, [])["findings"][1]["remediation"] == "relabel_upgrade_required"
+    assert halted_diagnosis(doctor, ["gpu-worker-009"])["findings"][0]["remediation"] == "relabel_upgrade_required"
+    assert halted_diagnosis(doctor, [])["findings"] == []  # a halt naming no node: the cluster-wide blockers only
+    assert halted_diagnosis(doctor, [])["cluster"][0]["cause"] == "rollout_interrupted"
     assert halted_diagnosis({"msg": "forbidden"}, []) == {}
 
     entry = canary_entry(

@@ -1498,8 +1498,9 @@ class GpuOperator:
 
     def driver_held_by(self, node_name: str) -> list[str]:
         """Pods that use the node's GPUs without requesting ``nvidia.com/gpu`` (the ``nvidia`` runtimeClass alone, a
-        hostPath mount of ``/dev/nvidia*``, a DRA claim allocated a ``gpu.nvidia.com`` device): the upgrade controller does not evict them and the kernel module cannot
-        be unloaded while they run (gpu-operator issues 2509, 2570)."""
+        hostPath mount of ``/dev/nvidia*``, a DRA claim allocated a ``gpu.nvidia.com`` device): the upgrade
+        controller does not evict them and the kernel module cannot be unloaded while they run (gpu-operator issues
+        2509, 2570)."""
         held = []
         for pod in self.index.pods_on(node_name):
             meta = pod["metadata"]
