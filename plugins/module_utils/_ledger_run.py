@@ -46,7 +46,7 @@ def record(params: Dict[str, Any], api: KubeApi, *, check_mode: bool, warn: Call
     entry = dict(params["entry"] or {})
     if "diagnosis" in entry:
         # The doctor's answer for a halted stage: only the halted nodes' findings are kept.
-        halted = [f.get("node") for f in entry.get("failures") or [] if isinstance(f, dict) and f.get("node")]
+        halted = [str(f["node"]) for f in entry.get("failures") or [] if isinstance(f, dict) and f.get("node")]
         entry["diagnosis"] = halted_diagnosis(entry["diagnosis"], halted)
         if not entry["diagnosis"]:
             del entry["diagnosis"]
