@@ -548,6 +548,7 @@ def diagnose(view: ClusterView, *, options: DoctorOptions = DoctorOptions()) -> 
     interrupted = _interrupted_rollout(view)
     if interrupted:
         cluster.append(interrupted)
+        _offer_clear_holds(findings, interrupted)
     for finding in findings:
         finding.seconds_in_state = (
             int((view.now - finding.since).total_seconds()) if finding.since is not None else None
@@ -1153,13 +1154,30 @@ def _ofed_findings(
     return findings
 
 
+def pool_membership(pools: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
+    """Each node's MachineConfigPool: a custom pool wins over ``worker`` (nodes in a custom pool keep the worker role
+    label), ``master`` over both; between two custom pools (an error upstream) the first by name."""
+    membership: Dict[str, str] = {}
+    for node in nodes:
+        matched = sorted(
+            str((pool.get("metadata") or {}).get("name"))
+            for pool in pools
+            if _spec(pool, "nodeSelector") and selector_object_matches(_spec(pool, "nodeSelector"), _labels(node))
+        )
+        if not matched:
+            continue
+        custom = [name for name in matched if name not in ("master", "worker")]
+        membership[node_name(node)] = "master" if "master" in matched else (custom or matched)[0]
+    return membership
+
+
 def _mcp_findings(view: ClusterView) -> List[Finding]:
     """Nodes whose MachineConfigPool holds their update: paused (who, since when) or degraded."""
     findings: List[Finding] = []
+    membership = pool_membership(view.machine_config_pools, view.nodes)
     for pool in view.machine_config_pools:
         pool_name = str((pool.get("metadata") or {}).get("name"))
-        selector = _spec(pool, "nodeSelector")
-        members = [node for node in view.nodes if selector and selector_object_matches(selector, _labels(node))]
+        members = [node for node in view.nodes if membership.get(node_name(node)) == pool_name]
         paused = bool(_spec(pool).get("paused"))
         conditions = {c.get("type"): c for c in (pool.get("status") or {}).get("conditions") or []}
         for node in members:
@@ -1249,6 +1267,29 @@ def _interrupted_rollout(view: ClusterView) -> Optional[Dict[str, Any]]:
         },
         "remedy": CAUSES["rollout_interrupted"][1],
     }
+
+
+def _offer_clear_holds(findings: Sequence[Finding], interrupted: Mapping[str, Any]) -> None:
+    """A hold this collection set (skip label with its hold annotation) is stale once the run that set it stopped
+    without releasing its stage Lease and the Lease has expired: ``clear_hold`` may release it."""
+    holder = str(interrupted["evidence"]["holder"])
+    for finding in findings:
+        if finding.cause != "held_by_canary" or finding.remediation is not None:
+            continue
+        component = GPU if finding.component == COMPONENTS[GPU] else OFED
+        finding.evidence["stale_since_lease_of"] = holder
+        finding.remediation = Remediation(
+            action="clear_hold",
+            node=finding.node,
+            target={
+                "label": SKIP_LABEL.format(component),
+                "annotation": HOLD_ANNOTATIONS[component],
+                "lease": interrupted["evidence"]["lease"],
+                "holder": holder,
+            },
+            description=f"remove this collection's hold ({SKIP_LABEL.format(component)}, "
+            f"{HOLD_ANNOTATIONS[component]}) from {finding.node}, left by {holder} whose Lease expired",
+        )
 
 
 def summary_lines(result: Mapping[str, Any]) -> List[str]:

@@ -15,7 +15,12 @@ its object right before it is taken:
   (its DaemonSet starts a new one); the node's annotation remembers it;
 - ``unpause_pool``: unpause a MachineConfigPool only when this collection
   paused it (its ``gpufleet.io/paused-at`` annotation): a pool paused by
-  someone else (the SR-IOV operator pauses pools while it drains) is left.
+  someone else (the SR-IOV operator pauses pools while it drains) is left;
+- ``clear_hold``: remove this collection's own hold (skip label plus its hold
+  annotation) from a node when the run that set it stopped and its stage Lease
+  expired; checked again on a fresh read of the Lease (a run that holds it now
+  owns the hold) and of the node (resourceVersion-guarded; a skip label without
+  this collection's annotation is a person's and is left).
 
 Plan (pure): at most ``max_actions`` and one action per node. Apply: each
 action is recorded as an Event on the node and, together, as one ledger entry.
@@ -45,10 +50,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
     pod_key,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    LEASES,
     MACHINE_CONFIG_POOLS,
     NODES,
     PODS,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import is_expired, parse_lease
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import append_cluster_entry, new_entry_id
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check import (
     PermissionRequest,
@@ -57,7 +64,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import LEDGER
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 
-ACTIONS = ("relabel_upgrade_required", "evict_pods", "restart_validator", "unpause_pool")
+ACTIONS = ("relabel_upgrade_required", "evict_pods", "restart_validator", "unpause_pool", "clear_hold")
 EVENT_REASON = "GPUFleetDoctor"
 VALIDATOR_RESTART_ANNOTATION = "gpufleet.io/doctor-restarted-validator"
 
@@ -240,11 +247,38 @@ def _unpause(api: KubeApi, action: Remediation, *, check_mode: bool, pod_selecto
     return {"taken": True, "result": ("would have " if check_mode else "") + result}
 
 
+def _clear_hold(api: KubeApi, action: Remediation, *, check_mode: bool, pod_selector: str) -> Dict[str, Any]:
+    namespace, lease_name = str(action.target["lease"]).split("/", 1)
+    lease = parse_lease(api.get(LEASES, lease_name, namespace=namespace) or {})
+    if lease is not None and lease.holder and not is_expired(lease, now=api.cluster_now()):
+        return {"result": f"left {action.node}: {lease.holder} holds Lease {action.target['lease']} now"}
+    node = get_node(api, action.node)
+    label, annotation = str(action.target["label"]), str(action.target["annotation"])
+    meta = node.get("metadata") or {}
+    if not (meta.get("annotations") or {}).get(annotation):
+        return {"result": f"left {action.node}: it carries no {annotation} (any more)"}
+    result = f"removed the hold {label} ({annotation}) from {action.node}, left by {action.target['holder']}"
+    if not check_mode:
+        api.patch(
+            NODES,
+            action.node,
+            {
+                "metadata": {
+                    "labels": {label: None},
+                    "annotations": {annotation: None},
+                    "resourceVersion": meta["resourceVersion"],
+                }
+            },
+        )
+    return {"taken": True, "result": ("would have " if check_mode else "") + result}
+
+
 _ACTIONS = {
     "relabel_upgrade_required": _relabel,
     "evict_pods": _evict,
     "restart_validator": _restart_validator,
     "unpause_pool": _unpause,
+    "clear_hold": _clear_hold,
 }
 
 

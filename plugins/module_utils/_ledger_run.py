@@ -27,7 +27,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
     sample_nodes_now,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import render_report, report_file_name
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import (
+    halted_diagnosis,
+    render_report,
+    report_file_name,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import (
     HAS_JINJA2,
     html_file_name,
@@ -40,6 +44,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 def record(params: Dict[str, Any], api: KubeApi, *, check_mode: bool, warn: Callable[[str], None]) -> Dict[str, Any]:
     """Record a run's entry in the ledger (ConfigMap and/or file) and write its reports; check mode writes nothing."""
     entry = dict(params["entry"] or {})
+    if "diagnosis" in entry:
+        # The doctor's answer for a halted stage: only the halted nodes' findings are kept.
+        halted = [str(f["node"]) for f in entry.get("failures") or [] if isinstance(f, dict) and f.get("node")]
+        entry["diagnosis"] = halted_diagnosis(entry["diagnosis"], halted)
+        if not entry["diagnosis"]:
+            del entry["diagnosis"]
     now = api.server_time()
     entry.setdefault("id", new_entry_id(str(entry.get("stage") or "run"), now))
     entry["recorded_at"] = iso(now)

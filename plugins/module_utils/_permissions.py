@@ -553,7 +553,8 @@ STEPS["doctor_diagnose"] = (
 STEPS["doctor_remediate"] = (
     "diagnose.yml with doctor_remediate: after the diagnosis' reads (doctor_diagnose), relabel an upgrade-failed "
     "node, evict the pods the user's selector names, restart a failing validator once, unpause a pool this "
-    "collection paused; each recorded as a Node Event and a ledger entry",
+    "collection paused, clear this collection's stale holds (the stage Lease read by the diagnosis); each recorded "
+    "as a Node Event and a ledger entry",
     (
         _g(REMEDY_ROLE, ("get", "patch"), "", "nodes"),
         _g(REMEDY_ROLE, ("create",), "", "pods/eviction"),

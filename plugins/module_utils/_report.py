@@ -117,8 +117,83 @@ def not_restored(entry: Mapping[str, Any]) -> List[Mapping[str, Any]]:
     return [step for step in entry.get("pre_steps") or [] if isinstance(step, Mapping) and not step.get("restored")]
 
 
+# At most this many halted nodes' diagnoses go into a ledger entry (the rest are counted).
+DIAGNOSIS_LIMIT = 20
+_DIAGNOSIS_KEYS = ("node", "component", "state", "in_state_for", "cause", "cause_title", "detail", "remedy")
+
+
+def halted_diagnosis(doctor: Any, halted_nodes: Sequence[str]) -> Dict[str, Any]:
+    """The doctor's findings for the nodes a halted stage names, trimmed for the ledger: what each node waits on,
+    why, and what unsticks it; plus the cluster-wide blockers. A halt that names no node (a refused preflight) gets
+    the cluster-wide blockers only: the other stuck nodes (a canary's held ones) are not what halted it."""
+    if not isinstance(doctor, Mapping) or not isinstance(doctor.get("findings"), list):
+        return {}
+    wanted = {str(node) for node in halted_nodes if node}
+    found = [f for f in doctor["findings"] if isinstance(f, Mapping) and f.get("node") in wanted]
+    rows = []
+    for finding in found[:DIAGNOSIS_LIMIT]:
+        row = {key: finding.get(key) for key in _DIAGNOSIS_KEYS}
+        remediation = finding.get("remediation")
+        row["remediation"] = str(remediation.get("action") or "") if isinstance(remediation, Mapping) else ""
+        rows.append(row)
+    cluster = [
+        {key: item.get(key) for key in ("cause", "cause_title", "detail", "remedy")}
+        for item in doctor.get("cluster") or []
+        if isinstance(item, Mapping)
+    ]
+    return {"findings": rows, "more": max(0, len(found) - len(rows)), "cluster": cluster}
+
+
+def diagnosis_rows(entry: Mapping[str, Any]) -> List[List[str]]:
+    """(node, waits in, for, cause, detail, what unsticks it) per diagnosed halted node, then the cluster-wide ones."""
+    diagnosis = entry.get("diagnosis") or {}
+    rows = [
+        [
+            str(item.get("node")),
+            f"{item.get('component')} {item.get('state')}",
+            str(item.get("in_state_for") or ""),
+            str(item.get("cause")),
+            str(item.get("detail") or ""),
+            str(item.get("remedy") or "")
+            + (f" (the doctor can: {item['remediation']})" if item.get("remediation") else ""),
+        ]
+        for item in diagnosis.get("findings") or []
+    ]
+    rows += [
+        ["(cluster)", "", "", str(item.get("cause")), str(item.get("detail") or ""), str(item.get("remedy") or "")]
+        for item in diagnosis.get("cluster") or []
+    ]
+    return rows
+
+
+def unstick_text(entry: Mapping[str, Any]) -> str:
+    """What unsticks the halted nodes, from the doctor's diagnosis ("" without one)."""
+    findings = (entry.get("diagnosis") or {}).get("findings") or []
+    if not findings:
+        return ""
+    by_remedy: Dict[str, List[str]] = {}
+    for item in findings:
+        by_remedy.setdefault(f"{item.get('cause')}: {item.get('remedy')}", []).append(str(item.get("node")))
+    parts = [f"{', '.join(nodes)} ({remedy})" for remedy, nodes in by_remedy.items()]
+    text = "To unstick " + "; ".join(parts) + "."
+    if any(item.get("remediation") for item in findings):
+        text += (
+            " The doctor takes the safe steps it names: ansible-playbook playbooks/diagnose.yml "
+            "-e doctor_remediate=true (with --check first to see them)."
+        )
+    return text + " "
+
+
 def next_step(entry: Mapping[str, Any]) -> str:
-    """What a person (or the schedule) does next."""
+    """What a person (or the schedule) does next: what unsticks the halted nodes (the doctor's diagnosis), then
+    the stage's way on."""
+    stage_next = _stage_next(entry)
+    if entry.get("outcome") != "failed":
+        return stage_next
+    return unstick_text(entry) + ("Then: " if unstick_text(entry) else "") + stage_next
+
+
+def _stage_next(entry: Mapping[str, Any]) -> str:
     stage, outcome = entry.get("stage"), entry.get("outcome")
     bake = entry.get("bake") or {}
     if entry.get("next"):
@@ -370,6 +445,13 @@ def render_report(entry: Mapping[str, Any]) -> str:
     if problems:
         lines += ["", "## What failed and why", ""]
         lines += [f"- {problem}" for problem in problems]
+    diagnosis = diagnosis_rows(entry)
+    if diagnosis:
+        lines += ["", "## Why the halted nodes are stuck (the doctor, docs/doctor.md)", ""]
+        lines += _table(["node", "waits in", "for", "cause", "evidence", "what unsticks it"], diagnosis)
+        more = (entry.get("diagnosis") or {}).get("more")
+        if more:
+            lines += ["", f"{more} more stuck nodes: ansible-playbook playbooks/diagnose.yml lists them all."]
     pre_steps = pre_step_rows(entry)
     if pre_steps:
         lines += ["", "## Pre-steps (changed before the upgrade, to be put back)", ""]

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import (
     CLOCK_NOTE,
     OUTCOME_WORDS,
+    diagnosis_rows,
     duration_text,
     failures,
     gate_rows,
@@ -98,6 +99,10 @@ TEMPLATE = """<!DOCTYPE html>
 </div>
 {% if problems %}<h2>What failed and why</h2>
 <ul id="failures">{% for problem in problems %}<li>{{ problem }}</li>{% endfor %}</ul>{% endif %}
+{% if diagnosis %}<h2>Why the halted nodes are stuck (the doctor)</h2>
+<table id="diagnosis"><tr><th>node</th><th>waits in</th><th>for</th><th>cause</th><th>evidence</th>
+<th>what unsticks it</th></tr>
+{% for row in diagnosis %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
 <h2>Summary</h2>
 <table id="summary">{% for label, text in summary %}<tr><th>{{ label }}</th><td>{{ text }}</td></tr>{% endfor %}
 </table>
@@ -300,6 +305,7 @@ def render_html(entry: Mapping[str, Any]) -> str:
         message=entry.get("message") or outcome,
         next=next_step(entry),
         problems=failures(entry),
+        diagnosis=diagnosis_rows(entry),
         summary=[row for row in summary_rows(entry) if row[0] not in ("Outcome", "Next")],
         runs=campaign_runs(entry),
         colours=sorted(STATUS_COLOURS.items()),

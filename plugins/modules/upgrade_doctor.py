@@ -47,11 +47,13 @@ options:
       - The actions the doctor may take. V(relabel_upgrade_required) relabels an C(upgrade-failed) node whose cause
         is gone to C(upgrade-required) (the upstream retry); V(evict_pods) evicts the named pods holding a node that
         match O(remediate_pod_selector) (PDBs apply); V(restart_validator) deletes a failing validator pod once per
-        driver pod; V(unpause_pool) unpauses a MachineConfigPool this collection paused.
+        driver pod; V(unpause_pool) unpauses a MachineConfigPool this collection paused; V(clear_hold) removes this
+        collection's own hold (skip label and hold annotation) from a node once the run that set it stopped and its
+        stage Lease expired.
     type: list
     elements: str
-    choices: [relabel_upgrade_required, evict_pods, restart_validator, unpause_pool]
-    default: [relabel_upgrade_required, evict_pods, restart_validator, unpause_pool]
+    choices: [relabel_upgrade_required, evict_pods, restart_validator, unpause_pool, clear_hold]
+    default: [relabel_upgrade_required, evict_pods, restart_validator, unpause_pool, clear_hold]
   remediate_pod_selector:
     description:
       - Label selector of the pods the doctor may evict (GPU consumers that request no C(nvidia.com/gpu), pods on

@@ -155,6 +155,8 @@ class Halt:
     node: str
     step: str
     cause: str
+    # The doctor's cause for the halted node, which the report's diagnosis and its Next must name ("" = not checked).
+    diagnosis: str = ""
 
 
 def assert_outcome(group: Group, stage: str, run: PlaybookRun, halt: Halt | None) -> dict[str, Any]:
@@ -176,6 +178,12 @@ def assert_outcome(group: Group, stage: str, run: PlaybookRun, halt: Halt | None
     for what in (halt.node, halt.step, halt.cause):
         assert what in report, f"the {stage} report does not name {what!r}:\n{report}"
         assert what in recorded, f"the ledger entry does not name {what!r}: {entry}"
+    if halt.diagnosis:
+        diagnosed = {(f["node"], f["cause"]) for f in (entry.get("diagnosis") or {}).get("findings") or []}
+        assert (halt.node, halt.diagnosis) in diagnosed, f"the ledger entry's diagnosis: {entry.get('diagnosis')}"
+        assert "## Why the halted nodes are stuck" in report, report
+        next_line = next(line for line in report.splitlines() if line.startswith("| Next |"))
+        assert f"To unstick {halt.node} ({halt.diagnosis}: " in next_line, next_line
     return entry
 
 

@@ -185,7 +185,12 @@ CASES: list[tuple[str, Case]] = [
             "canary",
             fault({"type": "driver_build_fails", "kernel": KERNEL}),
             clear_faults,
-            Halt(CANARY, "pod-restart-required", "no kernel-devel package matches the running kernel"),
+            Halt(
+                CANARY,
+                "pod-restart-required",
+                "no kernel-devel package matches the running kernel",
+                diagnosis="driver_pod_crashloop",
+            ),
             {"upgrade_wait_timeout": 600},
         ),
     ),

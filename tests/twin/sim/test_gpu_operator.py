@@ -480,6 +480,46 @@ def test_a_gpu_consumer_without_a_request_keeps_the_old_driver_in_use(run) -> No
     assert cluster.sim.nodes["gpu-worker-002"].driver_version == NEW_DRIVER
 
 
+def test_a_pod_whose_dra_claim_holds_an_nvidia_gpu_keeps_the_driver_in_use(run) -> None:
+    """A pod with a ResourceClaim allocated a gpu.nvidia.com device holds the module like a runtimeClass pod; a
+    claim of another driver, or one not allocated yet, does not."""
+    cluster = make_cluster(workers=3, workloads=False)
+    claims = cluster.twin.registry.get("resource.k8s.io", "resourceclaims")
+    for name, driver in (("gpu", gop.DRA_GPU_DRIVER), ("nic", "net.example.com"), ("pending", "")):
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}]}},
+        }
+        if driver:
+            result = {"request": "r", "driver": driver, "pool": "gpu-worker-001", "device": "d0"}
+            status = {"allocation": {"devices": {"results": [result]}}}
+        created = cluster.store.create(claims, claim, namespace="ml")
+        if driver:  # the allocator's write, through the status subresource (create drops status)
+            cluster.store.mutate(
+                claims, "ml", created["metadata"]["name"], lambda c, s=status: c.update(status=s), subresource="status"
+            )
+    for index, claim_name in enumerate(("gpu", "nic", "pending"), start=1):
+        pod = {
+            "metadata": {"name": f"dra-{claim_name}", "namespace": "ml"},
+            "spec": {
+                "nodeName": f"gpu-worker-00{index}",
+                "resourceClaims": [{"name": "c", "resourceClaimName": claim_name}],
+                "containers": [{"name": "main", "image": "registry.example/app:1"}],
+            },
+        }
+        cluster.store.create(cluster.kinds.pod, pod, namespace="ml")
+
+    async def scenario(cluster: Cluster) -> None:
+        await settled(cluster)
+
+    run(cluster, scenario)
+    assert cluster.operator.driver_held_by("gpu-worker-001") == ["ml/dra-gpu"]
+    assert cluster.operator.driver_held_by("gpu-worker-002") == []
+    assert cluster.operator.driver_held_by("gpu-worker-003") == []
+
+
 def test_max_unavailable_counts_a_node_cordoned_beforehand(run) -> None:
     # 4 nodes, maxUnavailable 50% = 2, no parallel limit; gpu-worker-004 was cordoned by hand.
     cluster = make_cluster(workers=4, cordoned=(3,), workloads=False)

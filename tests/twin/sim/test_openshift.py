@@ -108,3 +108,41 @@ def test_failing_node_degrades_its_pool() -> None:
         assert condition(pool(c, "worker"), "NodeDegraded") == "True"
 
     cluster.run(scenario)
+
+
+def test_a_node_moved_into_a_custom_pool_degrades_under_the_fault_and_a_paused_pool_keeps_its_node_behind() -> None:
+    cluster = make_platform_cluster(nodes=3, profile="openshift")
+    bad, held = cluster.workers()[0], cluster.workers()[1]
+    cluster.sim.machine_config_failures[bad] = "unexpected on-disk state validating against rendered-gpu-bad"
+
+    async def scenario(c: PlatformCluster) -> None:
+        pools = c.rtype(ocp.MC_GROUP, "machineconfigpools")
+        await c.wait_until(lambda: condition(pool(c, "worker"), "Updated") == "True", sim_seconds=600, what="pool")
+        for name, node, paused in (("gpu-bad", bad, False), ("gpu-held", held, True)):
+            c.store.create(
+                pools,
+                {
+                    "apiVersion": f"{ocp.MC_GROUP}/v1",
+                    "kind": "MachineConfigPool",
+                    "metadata": {"name": name},
+                    "spec": {"paused": paused, "nodeSelector": {"matchLabels": {"pool": name}}},
+                },
+            )
+            c.store.mutate(c.kinds.node, None, node, lambda n, name=name: n["metadata"]["labels"].update(pool=name))
+        await c.wait_until(
+            lambda: condition(pool(c, "gpu-bad"), "Degraded") == "True", sim_seconds=600, what="gpu-bad Degraded"
+        )
+        annotations = c.node(bad)["metadata"]["annotations"]
+        assert annotations[ocp.MCD_STATE] == "Degraded"
+        assert "unexpected on-disk state" in annotations[ocp.MCD_REASON]
+        target = pool(c, "gpu-held")["spec"]["configuration"]["name"]
+        assert target.startswith("rendered-gpu-held-")
+        assert c.node(held)["metadata"]["annotations"][ocp.CURRENT_CONFIG] != target  # paused: left behind
+        c.store.mutate(pools, None, "gpu-held", lambda p: p["spec"].update(paused=False))
+        await c.wait_until(
+            lambda: c.node(held)["metadata"]["annotations"][ocp.CURRENT_CONFIG] == target,
+            sim_seconds=600,
+            what="the unpaused pool's node to take its config",
+        )
+
+    cluster.run(scenario)

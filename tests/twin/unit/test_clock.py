@@ -61,3 +61,35 @@ def test_unmetered_clock_runs_freely_and_never_backwards() -> None:
     assert clock.now() >= first + 100.0
     with pytest.raises(ValueError):
         SimClock(time_scale=SCALE, max_step=0)
+
+
+def test_a_new_time_scale_takes_over_without_a_jump() -> None:
+    clock = SimClock(time_scale=SCALE, start=0.0)
+    time.sleep(0.05)
+    before = clock.now()
+    clock.set_time_scale(1.0)
+    assert clock.now() >= before
+    assert clock.now() < before + 1.0, "folded at the old pace, no jump"
+    time.sleep(0.1)
+    slow = clock.now() - before
+    assert 0.05 <= slow < 5.0, slow  # about 0.1 s of simulated time per 0.1 s real, not 60
+    clock.set_time_scale(SCALE)
+    mark = clock.now()
+    time.sleep(0.05)
+    assert clock.now() - mark >= 10.0  # 600 times faster again
+    with pytest.raises(ValueError):
+        clock.set_time_scale(0)
+
+
+def test_a_sleeper_waits_at_the_new_pace() -> None:
+    clock = SimClock(time_scale=1.0, start=0.0)
+
+    async def scenario() -> float:
+        started = time.monotonic()
+        sleeper = asyncio.ensure_future(clock.sleep(60))
+        await asyncio.sleep(0.05)
+        clock.set_time_scale(6000.0)  # 60 simulated seconds now pass in 10 ms
+        await asyncio.wait_for(sleeper, timeout=5)
+        return time.monotonic() - started
+
+    assert asyncio.run(scenario()) < 5

@@ -72,6 +72,19 @@ class SimClock:
         self._offset += seconds
         self._pulse()
 
+    def set_time_scale(self, time_scale: float) -> None:
+        """Run on at another pace from now on (a test slows the twin down to look at a short-lived state).
+
+        The clock does not jump: the time passed so far is folded in at the old pace, and sleepers wake to wait
+        again at the new one."""
+        if time_scale <= 0:
+            raise ValueError("time_scale must be positive")
+        moment = self.now()
+        self._elapsed = moment - self._start - self._offset
+        self._mark = time.monotonic()
+        self.time_scale = time_scale
+        self._pulse()
+
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` of simulated time (cut short by ``advance``)."""
         deadline = self.now() + seconds

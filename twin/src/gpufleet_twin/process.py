@@ -70,6 +70,9 @@ class TwinProcess:
     def advance(self, seconds: float) -> None:
         self.admin("POST", "clock/advance", {"seconds": seconds})
 
+    def set_time_scale(self, time_scale: float) -> None:
+        self.admin("POST", "clock/scale", {"time_scale": time_scale})
+
     def env(self) -> dict[str, str]:
         """Environment for ansible-playbook / kubectl pointed at this twin."""
         env = dict(os.environ)

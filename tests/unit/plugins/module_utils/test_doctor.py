@@ -366,6 +366,32 @@ def test_expired_lease_is_an_interrupted_rollout():
     assert diagnose(view([node("a")], lease=lease))["cluster"] == []
 
 
+def test_a_hold_of_this_collection_is_offered_to_clear_hold_only_after_its_run_stopped():
+    """clear_hold: this collection's hold (skip label with its annotation) once the Lease that run held expired;
+    never a person's skip label, never while the Lease is live."""
+    held = node("b", "upgrade-required", **{"nvidia.com/gpu-driver-upgrade.skip": "true"})
+    held["metadata"]["annotations"]["gpufleet.io/gpu-driver-upgrade-hold"] = "canary"
+    theirs = node("c", "upgrade-required", **{"nvidia.com/gpu-driver-upgrade.skip": "true"})
+    lease = {
+        "metadata": {"name": "gpufleet-upgrade", "namespace": "ns"},
+        "spec": {"holderIdentity": "bob run 9", "leaseDurationSeconds": 300, "renewTime": "2026-11-25T10:00:00Z"},
+    }
+    result = diagnose(view([held, theirs], lease=lease))
+    found = {item["node"]: item for item in result["findings"]}
+    assert found["b"]["remediation"]["action"] == "clear_hold"
+    assert found["b"]["remediation"]["target"] == {
+        "label": "nvidia.com/gpu-driver-upgrade.skip",
+        "annotation": "gpufleet.io/gpu-driver-upgrade-hold",
+        "lease": "ns/gpufleet-upgrade",
+        "holder": "bob run 9",
+    }
+    assert found["b"]["evidence"]["stale_since_lease_of"] == "bob run 9"
+    assert found["c"]["cause"] == "skip_label" and found["c"]["remediation"] is None
+    lease["spec"]["renewTime"] = "2026-11-25T11:59:00Z"  # a live run: its hold is no stale hold
+    assert diagnose(view([held], lease=lease))["remediations"] == []
+    assert diagnose(view([held]))["remediations"] == []  # no Lease at all: nothing says a run stopped
+
+
 def test_state_duration_from_the_controllers_event():
     event = {
         "involvedObject": {"kind": "Node", "name": "a"},
@@ -413,3 +439,25 @@ def test_upgrade_failed_after_the_validation_timeout_quotes_the_validator():
     finding = diagnose(current)["findings"][0]
     assert (finding["cause"], finding["evidence"]["log_line"]) == ("validator_failing", "validation failed: no devices")
     assert finding["remediation"]["action"] == "restart_validator"  # not a relabel: the cause is still there
+
+
+def test_a_node_in_a_custom_pool_is_reported_under_that_pool_not_worker():
+    """Nodes in a custom pool keep the worker role label; the MCO counts them in the custom pool only."""
+    bad = node("a", **{"node-role.kubernetes.io/worker": "", "pool": "gpu-bad"})
+    bad["metadata"]["annotations"].update(
+        {
+            "machineconfiguration.openshift.io/state": "Degraded",
+            "machineconfiguration.openshift.io/reason": "unexpected on-disk state",
+            "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1",
+            "machineconfiguration.openshift.io/desiredConfig": "rendered-gpu-bad-1",
+        }
+    )
+
+    def mcp(name: str, labels: dict) -> dict:
+        return {"metadata": {"name": name}, "spec": {"nodeSelector": {"matchLabels": labels}}, "status": {}}
+
+    pools = [mcp("worker", {"node-role.kubernetes.io/worker": ""}), mcp("gpu-bad", {"pool": "gpu-bad"})]
+    result = diagnose(view([bad], cluster_policy=None, machine_config_pools=pools))
+    assert [(f["node"], f["cause"], f["evidence"]["pool"]) for f in result["findings"]] == [
+        ("a", "mcp_degraded", "gpu-bad")
+    ]

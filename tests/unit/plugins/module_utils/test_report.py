@@ -249,3 +249,61 @@ def test_an_olm_reinstall_of_the_operator_is_shown_with_how_far_it_got() -> None
     text = render_report(canary_entry(stage="rollback", outcome="failed", operator={"reinstall": unfinished}))
     assert "| Operator | NOT FINISHED: being reinstalled through OLM" in text
     assert "| Operator |" not in render_report(canary_entry(operator={"method": "olm", "changed": False}))
+
+
+def test_a_halted_stage_carries_the_doctors_diagnosis_and_its_next_says_what_unsticks_the_nodes() -> None:
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import halted_diagnosis
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import render_html
+
+    doctor = {
+        "findings": [
+            {
+                "node": "gpu-worker-001",
+                "component": "gpu-driver",
+                "state": "pod-restart-required",
+                "in_state_for": "12m",
+                "cause": "driver_pod_crashloop",
+                "cause_title": "the driver pod crash-loops",
+                "detail": "no kernel-devel package matches the running kernel",
+                "remedy": "fix the build, then delete the pod",
+                "remediation": None,
+                "evidence": {"big": "x" * 100},
+            },
+            {
+                "node": "gpu-worker-009",
+                "component": "gpu-driver",
+                "state": "upgrade-failed",
+                "cause": "upgrade_failed",
+                "remedy": "relabel it",
+                "remediation": {"action": "relabel_upgrade_required"},
+            },
+        ],
+        "cluster": [{"cause": "rollout_interrupted", "detail": "Lease ns/l", "remedy": "run the same stage again"}],
+    }
+    kept = halted_diagnosis(doctor, ["gpu-worker-001"])
+    assert [f["node"] for f in kept["findings"]] == ["gpu-worker-001"]  # only the halted node
+    assert "evidence" not in kept["findings"][0] and kept["findings"][0]["remediation"] == ""
+    assert halted_diagnosis(doctor, ["gpu-worker-009"])["findings"][0]["remediation"] == "relabel_upgrade_required"
+    assert halted_diagnosis(doctor, [])["findings"] == []  # a halt naming no node: the cluster-wide blockers only
+    assert halted_diagnosis(doctor, [])["cluster"][0]["cause"] == "rollout_interrupted"
+    assert halted_diagnosis({"msg": "forbidden"}, []) == {}
+
+    entry = canary_entry(
+        outcome="failed",
+        message="gpu-worker-001 halted at pod-restart-required",
+        failures=[{"node": "gpu-worker-001", "reason": "driver build failed"}],
+        diagnosis=kept,
+    )
+    text = render_report(entry)
+    assert "## Why the halted nodes are stuck (the doctor, docs/doctor.md)" in text
+    assert "| gpu-worker-001 | gpu-driver pod-restart-required | 12m | driver_pod_crashloop |" in text
+    next_line = next(line for line in text.splitlines() if line.startswith("| Next |"))
+    assert "To unstick gpu-worker-001 (driver_pod_crashloop: fix the build, then delete the pod)." in next_line
+    assert next_line.index("To unstick") < next_line.index("stage=rollback")  # the stage's own way on follows
+    assert "diagnose.yml" not in next_line  # nothing the doctor could do itself
+    entry["diagnosis"] = halted_diagnosis(doctor, ["gpu-worker-009"])
+    assert "-e doctor_remediate=true" in next_step(entry)
+    html = render_html(entry)
+    assert '<table id="diagnosis">' in html and "upgrade_failed" in html
+    # A successful run never mentions it.
+    assert "To unstick" not in next_step(canary_entry(diagnosis=kept))

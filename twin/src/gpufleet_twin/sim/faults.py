@@ -801,6 +801,14 @@ class FaultInjector:
                 raise errors.bad_request('expected {"seconds": N} with N >= 0') from exc
             return json_response(self.clock_state())
 
+        async def scale_clock(request: web.Request) -> web.StreamResponse:
+            body = await read_json(request)
+            try:
+                clock.set_time_scale(float(body.get("time_scale")))
+            except (TypeError, ValueError, AttributeError) as exc:
+                raise errors.bad_request('expected {"time_scale": N} with N > 0') from exc
+            return json_response(self.clock_state())
+
         async def get_clock(request: web.Request) -> web.StreamResponse:
             return json_response(self.clock_state())
 
@@ -810,6 +818,7 @@ class FaultInjector:
             ("DELETE", "/admin/faults", protected(token, delete_faults)),
             ("DELETE", "/admin/faults/{id}", protected(token, delete_fault)),
             ("POST", "/admin/clock/advance", protected(token, advance_clock)),
+            ("POST", "/admin/clock/scale", protected(token, scale_clock)),
             ("GET", "/admin/clock", protected(token, get_clock)),
         ]
 

@@ -88,6 +88,7 @@ Obj = dict[str, Any]
 
 OPERATOR_COMPONENT = "nvidia-gpu-operator"  # mgr.GetEventRecorderFor in cmd/gpu-operator/main.go
 CLUSTER_POLICY_NAME = "gpu-cluster-policy"
+DRA_GPU_DRIVER = "gpu.nvidia.com"  # NVIDIA/k8s-dra-driver-gpu's driver name in ResourceClaim allocations
 OPERATOR_DEPLOYMENT = "gpu-operator"
 OPERATOR_SERVICE_ACCOUNT = "gpu-operator"
 NAMESPACE_BY_PROFILE = {"openshift": "nvidia-gpu-operator", "kubernetes": "gpu-operator"}
@@ -1497,8 +1498,9 @@ class GpuOperator:
 
     def driver_held_by(self, node_name: str) -> list[str]:
         """Pods that use the node's GPUs without requesting ``nvidia.com/gpu`` (the ``nvidia`` runtimeClass alone, a
-        hostPath mount of ``/dev/nvidia*``): the upgrade controller does not evict them and the kernel module cannot
-        be unloaded while they run (gpu-operator issues 2509, 2570)."""
+        hostPath mount of ``/dev/nvidia*``, a DRA claim allocated a ``gpu.nvidia.com`` device): the upgrade
+        controller does not evict them and the kernel module cannot be unloaded while they run (gpu-operator issues
+        2509, 2570)."""
         held = []
         for pod in self.index.pods_on(node_name):
             meta = pod["metadata"]
@@ -1511,9 +1513,30 @@ class GpuOperator:
                 str((volume.get("hostPath") or {}).get("path") or "").startswith("/dev/nvidia")
                 for volume in spec.get("volumes") or ()
             )
-            if "nvidia" in str(spec.get("runtimeClassName") or "") or device_mount:
+            if "nvidia" in str(spec.get("runtimeClassName") or "") or device_mount or self._holds_dra_gpu(pod):
                 held.append(f"{meta.get('namespace')}/{meta['name']}")
         return held
+
+    def _holds_dra_gpu(self, pod: Obj) -> bool:
+        """A pod whose Dynamic Resource Allocation claim is allocated a device of NVIDIA's DRA driver
+        (``gpu.nvidia.com``, NVIDIA/k8s-dra-driver-gpu) uses the GPU without ``nvidia.com/gpu`` (gpu-operator #2570).
+
+        The twin has no DRA allocator: whoever plays the scheduler writes the claim's ``status.allocation``."""
+        claims_type = self.twin.registry.get("resource.k8s.io", "resourceclaims")
+        if claims_type is None:
+            return False
+        namespace = pod["metadata"].get("namespace")
+        by_pod = {
+            status.get("name"): status.get("resourceClaimName")
+            for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        }
+        for ref in (pod.get("spec") or {}).get("resourceClaims") or ():
+            name = ref.get("resourceClaimName") or by_pod.get(ref.get("name"))
+            claim = self.store.try_get(claims_type, namespace, name) if name else None
+            results = (((claim or {}).get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
+            if any(result.get("driver") == DRA_GPU_DRIVER for result in results or ()):
+                return True
+        return False
 
     def _driver_stays_in_use(self, health: NodeHealth, version: str) -> bool:
         """An older module no driver pod owns any more is still loaded and held by a pod (see driver_held_by)."""

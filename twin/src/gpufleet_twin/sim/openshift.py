@@ -21,7 +21,8 @@ maxUnavailable, ``calculateStatus``) and openshift/cluster-version-operator (his
   retried every 5 s), then ``SimState.reboot``; the node comes back with the new
   kernel and OSTREE version (so NFD labels, ``nodeInfo`` and the per-RHCOS GPU and
   MOFED DaemonSets follow), ``currentConfig`` = desired, ``state`` Done, uncordon.
-  A node in ``SimState.machine_config_failures`` goes ``state`` Degraded instead.
+  A node in ``SimState.machine_config_failures`` goes ``state`` Degraded instead, also on a
+  config-only change (a node moved into a custom pool: the daemon writes files, no reboot).
 - ClusterVersion ``version``: a new ``spec.desiredUpdate`` adds a Partial history
   entry (newest first), ``status.desired``, Progressing True; after
   ``control_plane_seconds`` the pools are re-rendered, the master pool rolls first,
@@ -650,7 +651,12 @@ class OpenShiftPlatform:
             release = self.rendered.get(desired)
             if update is None and (release is None or release.ostree == health.ostree_version):
                 # Same OS content (e.g. a node moved into a custom pool): the daemon finds nothing that
-                # needs a drain or a reboot and just records the new config.
+                # needs a drain or a reboot and just records the new config, unless writing the config's
+                # files fails (fault machine_config_fails): then the node is Degraded as after a failed update.
+                failure = self.sim.machine_config_failures.get(name)
+                if failure:
+                    self._annotate(name, {MCD_STATE: STATE_DEGRADED, MCD_REASON: failure})
+                    continue
                 self._finish(name)
                 continue
             if update is None or update.target != desired:
