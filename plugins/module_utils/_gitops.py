@@ -309,12 +309,12 @@ def synced(view: ApplicationView, *, out_of_sync_allowed: Sequence[str] = ()) ->
     return all(item.split("/", 1)[0] in out_of_sync_allowed for item in view.out_of_sync)
 
 
-def stage_refusal(view: ApplicationView, *, out_of_sync_allowed: Sequence[str] = ()) -> str:
+def stage_refusal(view: ApplicationView, *, out_of_sync_allowed: Sequence[str] = (), require_healthy: bool = True) -> str:
     """Why a stage must not start on this Application ('' when it may)."""
     problems = []
     if not synced(view, out_of_sync_allowed=out_of_sync_allowed):
         problems.append("it is not synced")
-    if view.health != "Healthy":
+    if require_healthy and view.health != "Healthy":
         problems.append("it is not healthy")
     if view.operation_phase == "Running":
         problems.append("a sync is running")

@@ -35,6 +35,7 @@ class ApplicationWaitRequest:
     namespace: str
     revision: str = ""  # empty: only check the Application is ready for a stage
     out_of_sync_allowed: Sequence[str] = field(default_factory=tuple)
+    require_healthy: bool = True
     timeout: float = 600.0
     sleep: float = 5.0
     # Says where the commit waited for is, for the timeout's message.
@@ -74,7 +75,7 @@ def run_application_wait(api: KubeApi, request: ApplicationWaitRequest) -> Dict[
     allowed = tuple(request.out_of_sync_allowed)
     if not request.revision:
         view = read_application(api, request)
-        refusal = stage_refusal(view, out_of_sync_allowed=allowed)
+        refusal = stage_refusal(view, out_of_sync_allowed=allowed, require_healthy=request.require_healthy)
         if refusal:
             raise GpuFleetError(refusal, result={"application": _as_result(view), "ready": False})
         return {"changed": False, "ready": True, "application": _as_result(view), "elapsed": 0.0}

@@ -43,7 +43,7 @@ PLAYBOOKS = ("audit", "upgrade", "rehearse", "diagnose")
 STAGES = ("canary", "bake", "promote", "rollback")
 GROUPS = ("gpu_operator", "network_operator", "firmware", "openshift", "sriov_operator")
 # Optional paths a run may take; each adds the steps named in FEATURE_STEPS.
-FEATURES = ("matrix_configmap", "nvidiadriver", "rollback_on_bake_failure", "doctor_remediate")
+FEATURES = ("matrix_configmap", "nvidiadriver", "rollback_on_bake_failure", "doctor_remediate", "gitops")
 
 
 @dataclass(frozen=True)
@@ -348,6 +348,11 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
         ),
     ),
+    "gitops_application": (
+        "roles/upgrade gitops.yml and roles/gpu_operator gitops.yml: argocd_app_wait reads the Argo CD Application "
+        "(GitOps mode; the change itself goes through Git)",
+        (_g(UPGRADE_ROLE, _R, "argoproj.io", "applications"),),
+    ),
     "gpu_operator_nvidiadriver": (
         "roles/gpu_operator driver.yml with canary_mode nvidiadriver: create, move and remove the canary NVIDIADriver",
         (_g(UPGRADE_ROLE, ("create", "patch", "delete"), "nvidia.com", "nvidiadrivers"),),
@@ -523,6 +528,7 @@ FEATURE_STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     "matrix_configmap": {None: ("audit_matrix_configmap",)},
     "nvidiadriver": {"gpu_operator": ("gpu_operator_nvidiadriver",)},
     "doctor_remediate": {None: ("doctor_remediate",)},
+    "gitops": {"gpu_operator": ("gitops_application",)},
 }
 
 

@@ -51,6 +51,10 @@ options:
     type: list
     elements: str
     default: []
+  require_healthy:
+    description: Without O(revision), also require C(Healthy) (a rollback may start on a Degraded Application).
+    type: bool
+    default: true
   commit_note:
     description: Where the commit waited for lives, for the timeout's message (repository and branch).
     type: str
@@ -130,6 +134,7 @@ def argument_spec():
         namespace={"type": "str", "default": "argocd"},
         revision={"type": "str", "default": ""},
         out_of_sync_allowed={"type": "list", "elements": "str", "default": []},
+        require_healthy={"type": "bool", "default": True},
         commit_note={"type": "str", "default": ""},
     )
     spec.update(wait_argument_spec(options=("wait_timeout", "wait_sleep"), wait_timeout=600, wait_sleep=5.0))
@@ -147,6 +152,7 @@ def main():
         timeout=float(params["wait_timeout"]),
         sleep=float(params["wait_sleep"]),
         commit_note=params["commit_note"],
+        require_healthy=params["require_healthy"],
     )
     run_module(
         module,
