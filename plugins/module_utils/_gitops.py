@@ -165,7 +165,9 @@ class ManagedObject:
         return f"{self.kind}/{self.name}"
 
 
-def managed_objects(manifests: Sequence[Mapping[str, Any]], *, where: str = "gpufleet_gitops.manifests") -> List[ManagedObject]:
+def managed_objects(
+    manifests: Sequence[Mapping[str, Any]], *, where: str = "gpufleet_gitops.manifests"
+) -> List[ManagedObject]:
     """Check and normalize the settings' list of managed manifests."""
     objects: List[ManagedObject] = []
     seen = set()
@@ -188,7 +190,9 @@ def find_managed(objects: Sequence[ManagedObject], *, kind: str, name: str) -> O
 # -- commit messages --------------------------------------------------------------------------------
 
 
-def commit_message(*, summary: str, change_id: str, stage: str, details: Sequence[str] = (), reverts: Sequence[str] = ()) -> str:
+def commit_message(
+    *, summary: str, change_id: str, stage: str, details: Sequence[str] = (), reverts: Sequence[str] = ()
+) -> str:
     """A commit message whose trailers let a rollback find the change's commits (``git log --grep``)."""
     lines = [summary, ""]
     lines.extend(details)
@@ -288,7 +292,9 @@ def application_view(app: Mapping[str, Any]) -> ApplicationView:
         sync_revision=revision,
         health=str((status.get("health") or {}).get("status") or ""),
         operation_phase=str(operation.get("phase") or ""),
-        operation_revision=str(result.get("revision") or (operation.get("operation") or {}).get("sync", {}).get("revision") or ""),
+        operation_revision=str(
+            result.get("revision") or (operation.get("operation") or {}).get("sync", {}).get("revision") or ""
+        ),
         operation_message=str(operation.get("message") or ""),
         conditions=conditions,
         out_of_sync=out_of_sync,
@@ -309,7 +315,9 @@ def synced(view: ApplicationView, *, out_of_sync_allowed: Sequence[str] = ()) ->
     return all(item.split("/", 1)[0] in out_of_sync_allowed for item in view.out_of_sync)
 
 
-def stage_refusal(view: ApplicationView, *, out_of_sync_allowed: Sequence[str] = (), require_healthy: bool = True) -> str:
+def stage_refusal(
+    view: ApplicationView, *, out_of_sync_allowed: Sequence[str] = (), require_healthy: bool = True
+) -> str:
     """Why a stage must not start on this Application ('' when it may)."""
     problems = []
     if not synced(view, out_of_sync_allowed=out_of_sync_allowed):
@@ -337,8 +345,11 @@ def revision_outcome(view: ApplicationView, revision: str, *, out_of_sync_allowe
         return "failed"
     if view.operation_revision == revision and view.operation_phase in FAILED_PHASES:
         return "failed"
-    if at_revision and operated and view.operation_phase in ("Succeeded", "") and synced(
-        view, out_of_sync_allowed=out_of_sync_allowed
+    if (
+        at_revision
+        and operated
+        and view.operation_phase in ("Succeeded", "")
+        and synced(view, out_of_sync_allowed=out_of_sync_allowed)
     ):
         return "done"
     return "waiting"

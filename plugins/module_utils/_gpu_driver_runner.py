@@ -517,8 +517,8 @@ class DriverRollout:
             raise GpuFleetError(
                 f"{write.kind} {write.name} is managed in Git and its Argo CD Application synced the change, yet the "
                 f"cluster's object still differs in {', '.join('.'.join(path) for path, _ in patch_leaves(patch))} "
-                f"(wanted {json.dumps(patch, sort_keys=True)}): check the manifest's path in gpufleet_gitops.manifests and the "
-                "Application's ignoreDifferences (a field it ignores is not applied)",
+                f"(wanted {json.dumps(patch, sort_keys=True)}): check the manifest's path in "
+                "gpufleet_gitops.manifests and the Application's ignoreDifferences (a field it ignores is not applied)",
                 result={"gitops_changes": [{"kind": write.kind, "name": write.name, "patch": patch}]},
             )
         self.gitops_deferred.append({"kind": write.kind, "name": write.name, "patch": patch, "why": write.why})

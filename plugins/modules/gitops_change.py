@@ -71,8 +71,9 @@ options:
         type: str
         required: true
   changes:
-    description: Merge patches to write, each C(kind), C(name) and C(patch) (what M(gpufleet.upgrade.clusterpolicy_upgrade)
-      returns as C(gitops_changes)).
+    description:
+      - Merge patches to write, each C(kind), C(name) and C(patch) (what
+        M(gpufleet.upgrade.clusterpolicy_upgrade) returns as C(gitops_changes)).
     type: list
     elements: dict
     default: []

@@ -47,8 +47,8 @@ options:
     description:
       - Optional paths the run takes, each adding permissions - V(matrix_configmap) (the audit reads the matrix from a
         ConfigMap), V(nvidiadriver) (the GPU Operator canary uses an NVIDIADriver resource),
-        V(rollback_on_bake_failure) (a failed bake check rolls the canary back), V(gitops) (GitOps mode reads the Argo CD
-        Application), V(doctor_remediate) (the doctor's remedies).
+        V(rollback_on_bake_failure) (a failed bake check rolls the canary back), V(gitops) (GitOps mode reads the
+        Argo CD Application), V(doctor_remediate) (the doctor's remedies).
     type: list
     elements: str
     default: []

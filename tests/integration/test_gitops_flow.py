@@ -92,7 +92,9 @@ def seed_repository(twin, base: pathlib.Path) -> pathlib.Path:
             "destination": {"server": "https://kubernetes.default.svc"},
             "syncPolicy": {"automated": {"prune": False, "selfHeal": True}},
             # docs/gitops.md: the CRD's default of the deprecated spec.cdi.default (NVIDIA/gpu-operator#2795).
-            "ignoreDifferences": [{"group": "nvidia.com", "kind": "ClusterPolicy", "jsonPointers": ["/spec/cdi/default"]}],
+            "ignoreDifferences": [
+                {"group": "nvidia.com", "kind": "ClusterPolicy", "jsonPointers": ["/spec/cdi/default"]}
+            ],
         },
     }
     path = base / "application.json"
@@ -277,7 +279,9 @@ def test_gitops_failed_bake_gate_rolls_back_with_a_revert_commit(gitops_twin, wo
 
     twin.admin("POST", "report/reset")
     twin.admin("POST", "faults", {"type": "ecc_errors", "node": CANARY, "uncorrected": 3, "xid": [48]})
-    bake = flow(twin, workspace, "bake", gitops, upgrade_rollback_on_bake_failure=True, upgrade_bake_gates=["gpu_errors"])
+    bake = flow(
+        twin, workspace, "bake", gitops, upgrade_rollback_on_bake_failure=True, upgrade_bake_gates=["gpu_errors"]
+    )
     assert bake.returncode != 0
     assert "the canary was rolled back to current_production" in bake.output
     after = commits(remote)

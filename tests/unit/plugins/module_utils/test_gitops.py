@@ -74,7 +74,11 @@ def test_edit_changes_only_the_fields_and_keeps_comments_quotes_and_other_docume
 
 def test_edit_is_idempotent_and_null_removes_a_field() -> None:
     same = edit_manifest(
-        MANIFEST, path="cp.yaml", kind="ClusterPolicy", name="cluster-policy", patch={"spec": {"driver": {"version": "550.127.05"}}}
+        MANIFEST,
+        path="cp.yaml",
+        kind="ClusterPolicy",
+        name="cluster-policy",
+        patch={"spec": {"driver": {"version": "550.127.05"}}},
     )
     assert not same.changed and same.text == MANIFEST
     removed = edit_manifest(
@@ -179,15 +183,23 @@ def clone(tmp_path: Path) -> Path:
 
 
 def request(repository: Path, remote: Path, **overrides) -> GitopsChangeRequest:
-    fields = dict(
-        repository=str(repository),
-        repository_url=str(remote),
-        branch="main",
-        manifests=managed_objects([{"kind": "ClusterPolicy", "name": "cluster-policy", "path": "gpu-operator/clusterpolicy.yaml"}]),
-        changes=[{"kind": "ClusterPolicy", "name": "cluster-policy", "patch": {"spec": {"driver": {"version": "570.124.06"}}}}],
-        change_id="2026-11-canary",
-        stage="canary",
-    )
+    fields = {
+        "repository": str(repository),
+        "repository_url": str(remote),
+        "branch": "main",
+        "manifests": managed_objects(
+            [{"kind": "ClusterPolicy", "name": "cluster-policy", "path": "gpu-operator/clusterpolicy.yaml"}]
+        ),
+        "changes": [
+            {
+                "kind": "ClusterPolicy",
+                "name": "cluster-policy",
+                "patch": {"spec": {"driver": {"version": "570.124.06"}}},
+            }
+        ],
+        "change_id": "2026-11-canary",
+        "stage": "canary",
+    }
     fields.update(overrides)
     return GitopsChangeRequest(**fields)
 
@@ -242,3 +254,25 @@ def test_a_push_that_fails_names_the_commit_left_in_the_clone(clone: Path, tmp_p
 
     with pytest.raises(GpuFleetError, match=r"permission denied.*stays in the clone"):
         run_gitops_change(run, refused, request(work, clone))
+
+
+def test_the_report_names_each_gitops_commit() -> None:
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import gitops_commit_text
+
+    text = gitops_commit_text(
+        {
+            "commit": "a" * 40,
+            "stage": "rollback",
+            "what": "driver 550.127.05 (all)",
+            "reverted": ["b" * 40],
+            "files": ["gpu-operator/clusterpolicy.yaml"],
+            "pushed": True,
+        }
+    )
+    assert text == (
+        "commit aaaaaaaaaaaa (rollback: driver 550.127.05 (all)); reverts bbbbbbbbbbbb; "
+        "edits gpu-operator/clusterpolicy.yaml"
+    )
+    assert gitops_commit_text({"commit": "c" * 40, "review_url": "https://git.example/r/1"}).endswith(
+        "awaits review at https://git.example/r/1"
+    )
