@@ -10,7 +10,7 @@ from simharness import SimCluster, make_cluster
 
 from gpufleet_twin import errors
 from gpufleet_twin.cluster import RequestInfo
-from gpufleet_twin.sim import podutil
+from gpufleet_twin.sim import argocd, podutil
 from gpufleet_twin.sim.faults import FaultInjector, validate_fault
 from gpufleet_twin.sim.workloads import NEVER_ALLOW_ANNOTATION
 
@@ -240,6 +240,12 @@ def _state(cluster: SimCluster, node: str, faults: FaultInjector) -> dict:
         "pdb_annotation": (pdb["metadata"].get("annotations") or {}).get(NEVER_ALLOW_ANNOTATION) if pdb else None,
         "never_allow": set(faults._never_allow),
         "step_draws": len(cluster.sim.step_failure_draws),
+        "argocd": None
+        if cluster.sim.argocd is None
+        else (
+            {k: list(v) for k, v in cluster.sim.argocd.stalled.items() if v},
+            list(cluster.sim.argocd.unreachable),
+        ),
     }
 
 
@@ -278,6 +284,11 @@ FAULT_CASES = {
         {"version": "v24.9.0"},
         lambda s: s["pruned_bundles"] == {("gpu-operator-certified", "24.9.0")},
     ),
+    "argocd_sync_stalls": ({"application": "gpu"}, lambda s: s["argocd"] == ({"argocd/gpu": ["sync"]}, [])),
+    "argocd_repo_unreachable": (
+        {"repoURL": "file:///srv/gitops"},
+        lambda s: s["argocd"] == ({}, ["file:///srv/gitops"]),
+    ),
 }
 
 
@@ -296,6 +307,8 @@ def test_every_fault_ends_and_restores_what_it_changed(simulate, kind: str, how:
         try:
             node = cluster.workers[0]
             _seed_pdb(cluster)
+            if kind.startswith("argocd_"):
+                argocd.install(cluster.twin)  # the faults act on its controller (not started here)
             await cluster.run_for(5)
             before = _state(cluster, node, faults)
             params, applied = FAULT_CASES[kind]

@@ -73,6 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="also seed the StatefulSet ml-training/dist-train and its PDB (the scenario key distributed_training)",
     )
     serve.add_argument(
+        "--argocd",
+        action="store_true",
+        help="run the Argo CD application controller (Applications on local git repositories; sim/argocd.py)",
+    )
+    serve.add_argument(
+        "--argocd-poll",
+        type=float,
+        dest="argocd_poll",
+        help="simulated seconds between two polls of an Application's repository (default 180, Argo CD's)",
+    )
+    serve.add_argument(
         "--token-auth-file",
         type=Path,
         dest="token_auth_file",
@@ -200,6 +211,8 @@ def _simulation_options(options: argparse.Namespace) -> dict[str, Any]:
         "from_snapshot": None if options.from_snapshot is None else str(options.from_snapshot),
         "crds": None if options.crds is None else str(options.crds),
         "distributed_training": options.distributed_training,
+        "argocd": options.argocd,
+        "argocd_poll": options.argocd_poll,
     }
 
 

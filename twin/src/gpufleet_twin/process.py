@@ -97,13 +97,17 @@ def start_twin(
     scenario: pathlib.Path | None = None,
     real_crds: bool = True,
     distributed_training: bool = False,
+    argocd: bool = False,
+    argocd_poll: float | None = None,
     extra_args: tuple[str, ...] = (),
     startup_timeout: float = 300.0,
 ) -> TwinProcess:
     """Start a twin and return once it serves (its ready line was printed).
 
     ``distributed_training`` also seeds the StatefulSet ``ml-training/dist-train`` and its PDB
-    (``serve --distributed-training``).
+    (``serve --distributed-training``).  ``argocd`` runs the Argo CD application controller
+    (``serve --argocd``, ``sim/argocd.py``), polling repositories every ``argocd_poll`` simulated
+    seconds (default 180).
     """
     workdir = workdir or pathlib.Path(tempfile.mkdtemp(prefix="gpufleet-twin-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -130,6 +134,10 @@ def start_twin(
         command += ["--scenario", str(scenario)]
     if distributed_training:
         command.append("--distributed-training")
+    if argocd:
+        command.append("--argocd")
+    if argocd_poll is not None:
+        command += ["--argocd-poll", str(argocd_poll)]
     if real_crds and SHARED_CRDS.is_dir():
         command += ["--crds", str(SHARED_CRDS)]
     log = open(log_path, "w")  # noqa: SIM115 - the child keeps writing to it after this returns

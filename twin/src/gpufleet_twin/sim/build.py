@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster import Controller, Twin
-from . import dcgm_exporter, gpu_operator, network_operator, openshift, sriov
+from . import argocd, dcgm_exporter, gpu_operator, network_operator, openshift, sriov
 from .events import EventRecorder
 from .faults import FaultInjector
 from .garbagecollector import GarbageCollector
@@ -191,7 +191,9 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     Options: ``nodes`` (int), ``profile`` ("openshift" | "kubernetes"),
     ``scenario`` (path or None), ``from_snapshot`` (directory or None),
     ``crds`` (already loaded by the CLI; ignored here), ``distributed_training``
-    (bool: seed the StatefulSet training job too).  Values a scenario
+    (bool: seed the StatefulSet training job too), ``argocd`` (bool: run the Argo CD
+    application controller, ``sim/argocd.py``; the scenario key ``argocd`` too) and
+    ``argocd_poll`` (its poll in simulated seconds, default 180).  Values a scenario
     file sets win over ``nodes``/``profile`` (the CLI cannot tell a default
     from a value typed on the command line).
     """
@@ -227,6 +229,10 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     recorder = Recorder(twin=twin, kinds=kinds)
     sim.recorder = recorder
     install_core(twin, sim)
+    if options.get("argocd") or scenario.argocd is not None:
+        # Before the faults, so that a scenario's Argo CD faults find the controller.
+        poll = options.get("argocd_poll") or (scenario.argocd or {}).get("poll_seconds") or argocd.POLL_SECONDS
+        argocd.install(twin, poll_seconds=float(poll))
     faults = FaultInjector(twin=twin, sim=sim, kinds=kinds)
     faults.add_many(scenario.faults)
     twin.controllers.append(faults)

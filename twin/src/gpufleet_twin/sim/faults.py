@@ -29,6 +29,11 @@ at simulated time ``at`` (seconds after the cluster was populated):
   steps it failed are listed in ``failed_steps``.
 - ``olm_bundle_pruned`` {version, package="gpu-operator-certified"}: a catalog update took that OLM bundle out of
   the catalog (its PackageManifest entries and every channel); a Subscription can no longer install it.
+- ``argocd_sync_stalls`` {application?, namespace="argocd", mode="sync"}: the twin's Argo CD (``serve
+  --argocd``) runs no sync for that Application (every one without ``application``), automated or requested:
+  the sync never arrives; ``mode: controller`` stops reconciling it at all (its status freezes).
+- ``argocd_repo_unreachable`` {repoURL?}: the twin's Argo CD cannot read that repository (every one without
+  ``repoURL``): the Application's sync status goes Unknown with a ComparisonError condition.
 
 Request faults act on API requests that match ``verb`` (a verb or a list),
 ``resource`` (plural, ``pods/eviction``, ``*``), optionally ``namespace`` and
@@ -91,8 +96,11 @@ NODE_FAULTS = frozenset(
         "node_step_failures",
         "olm_bundle_pruned",
         "validator_fails",
+        "argocd_sync_stalls",
+        "argocd_repo_unreachable",
     }
 )
+ARGOCD_STALL_MODES = ("sync", "controller")
 NODE_STEPS = ("driver_build", "mofed_build", "reboot", "machine_config")
 VALIDATOR_FAILURE = (
     "driver validation failed: nvidia-smi: Unable to determine the device handle for GPU0: Unknown Error"
@@ -183,7 +191,11 @@ def validate_fault(spec: Obj) -> None:
         "mofed_build_fails",
         "node_step_failures",
         "olm_bundle_pruned",
+        "argocd_sync_stalls",
+        "argocd_repo_unreachable",
     }
+    if kind == "argocd_sync_stalls" and spec.get("mode", "sync") not in ARGOCD_STALL_MODES:
+        raise ValueError(f"fault argocd_sync_stalls: mode must be one of {', '.join(ARGOCD_STALL_MODES)}")
     if kind in NODE_FAULTS - cluster_wide and not (spec.get("node") or spec.get("nodes")):
         raise ValueError(f"fault {kind} needs 'node' (or 'nodes')")
     if kind == "mofed_build_fails" and not spec.get("kernel"):
@@ -473,6 +485,37 @@ class FaultInjector:
         def restore() -> None:
             if not self._held_by_another(fault, key="/".join(bundle)):
                 self._sim.olm_pruned_bundles.discard(bundle)
+
+        fault.undo.append(restore)
+
+    def _argocd(self, fault: Fault) -> Any:
+        controller = self._sim.argocd
+        if controller is None:
+            raise errors.bad_request(f"fault {fault.type}: the twin runs no Argo CD (serve --argocd)")
+        return controller
+
+    def _apply_argocd_sync_stalls(self, fault: Fault) -> None:
+        controller = self._argocd(fault)
+        name = fault.params.get("application")
+        key = f"{fault.params.get('namespace') or 'argocd'}/{name}" if name else "*"
+        mode = str(fault.params.get("mode") or "sync")
+        controller.stalled.setdefault(key, []).append(mode)
+
+        def restore() -> None:
+            _remove_once(controller.stalled.get(key, []), [mode])
+            controller.poke()
+
+        fault.undo.append(restore)
+
+    def _apply_argocd_repo_unreachable(self, fault: Fault) -> None:
+        controller = self._argocd(fault)
+        repo = str(fault.params.get("repoURL") or "*")
+        controller.unreachable.append(repo)
+        controller.poke()
+
+        def restore() -> None:
+            _remove_once(controller.unreachable, [repo])
+            controller.poke()
 
         fault.undo.append(restore)
 

@@ -88,6 +88,8 @@ class Recorder:
         self._by_code: dict[str, int] = {}
         self._dry_run_by_verb_resource: dict[str, int] = {}
         self._forbidden_by_verb_resource: dict[str, int] = {}
+        # Writes a simulated client made through the store, by its field manager (the Argo CD controller's).
+        self._writes_by_manager: dict[str, dict[str, int]] = {}
         self._gpus_total = 0
         self._capacity: list[tuple[float, int]] = []
         self._disrupted: list[Obj] = []
@@ -129,6 +131,10 @@ class Recorder:
         _bump(self._by_verb, info.verb)
         _bump(self._by_resource, resource)
         _bump(self._by_verb_resource, f"{info.verb} {resource}")
+
+    def record_write(self, manager: str, verb: str, resource: str) -> None:
+        """A write a simulated client made through the store (not over HTTP), counted under its field manager."""
+        _bump(self._writes_by_manager.setdefault(manager, {}), f"{verb} {resource}")
 
     def record_disruption(self, pod: Obj, *, node: str, why: str) -> None:
         meta = pod.get("metadata") or {}
@@ -179,6 +185,7 @@ class Recorder:
             self._forbidden_by_verb_resource,
         ):
             counts.clear()
+        self._writes_by_manager = {}
         self._intervals = {}
         for name, track in self._nodes.items():
             if track.unavailable:
@@ -223,6 +230,7 @@ class Recorder:
                 ],
             },
             "disrupted_pods": list(self._disrupted),
+            "writes_by_field_manager": {m: dict(sorted(c.items())) for m, c in sorted(self._writes_by_manager.items())},
             "budget": None
             if budget is None
             else {

@@ -17,6 +17,7 @@ mofed_version: 24.07-0.6.1.0
 ib_ports: 8
 workloads: true                # seed training Deployments, PDBs, Jobs
 distributed_training: true     # also the StatefulSet ml-training/dist-train and its PDB
+argocd: true                   # run the Argo CD application controller (or {poll_seconds: 30}), sim/argocd.py
 cordoned: [gpu-worker-003]     # cordoned before the upgrade began
 driver_builds:                 # versions that build only for these kernels
   "565.57.01": [5.14.0-427.40.1.el9_4.x86_64]
@@ -61,6 +62,7 @@ _TOP_LEVEL = {
     "ib_firmware",
     "workloads",
     "distributed_training",
+    "argocd",
     "cordoned",
     "driver_builds",
     "faults",
@@ -87,6 +89,8 @@ class Scenario:
     ib_firmware: str | None = None
     workloads: bool = True
     distributed_training: bool = False
+    # The Argo CD simulation's options ({} when enabled with ``argocd: true``), None when off.
+    argocd: Obj | None = None
     cordoned: list[str] = field(default_factory=list)
     driver_builds: dict[str, list[str]] = field(default_factory=dict)
     faults: list[Obj] = field(default_factory=list)
@@ -146,6 +150,11 @@ def parse_scenario(data: Any, *, source: str = "scenario") -> Scenario:
     builds = data.get("driver_builds") or {}
     if not isinstance(builds, dict) or not all(isinstance(v, list) for v in builds.values()):
         raise ScenarioError(f"{source}: driver_builds maps a driver version to a list of kernels")
+    argocd = data.get("argocd")
+    if argocd is not None and not isinstance(argocd, (bool, dict)):
+        raise ScenarioError(f"{source}: argocd is true, false or a mapping (poll_seconds)")
+    if isinstance(argocd, dict) and set(argocd) - {"poll_seconds"}:
+        raise ScenarioError(f"{source}: argocd: unknown keys {sorted(set(argocd) - {'poll_seconds'})}")
     cordoned = data.get("cordoned") or []
     if not isinstance(cordoned, list):
         raise ScenarioError(f"{source}: cordoned must be a list of node names")
@@ -161,6 +170,7 @@ def parse_scenario(data: Any, *, source: str = "scenario") -> Scenario:
         ib_firmware=_text(data.get("ib_firmware")),
         workloads=bool(data.get("workloads", True)),
         distributed_training=bool(data.get("distributed_training", False)),
+        argocd=(dict(argocd) if isinstance(argocd, dict) else {}) if argocd else None,
         cordoned=[str(n) for n in cordoned],
         driver_builds={str(k): [str(x) for x in v] for k, v in builds.items()},
         faults=[dict(f) for f in faults],

@@ -126,6 +126,9 @@ class SimState:
     kernels_without_mofed_build: set[str] = field(default_factory=set)
     # OLM bundles a catalog update pruned (fault ``olm_bundle_pruned``): {(package, version), ...}.
     olm_pruned_bundles: set[tuple[str, str]] = field(default_factory=set)
+    # The Argo CD application controller (``sim/argocd.py``) when ``serve --argocd`` runs one; its faults
+    # (``argocd_sync_stalls``, ``argocd_repo_unreachable``) act on its ``stalled``/``unreachable``.
+    argocd: Any = None
     # Nodes whose next machine-config update fails (fault ``machine_config_fails``): node -> reason.
     machine_config_failures: dict[str, str] = field(default_factory=dict)
     # Nodes whose GPU Operator validator pods fail (fault ``validator_fails``): node -> the line the validator prints.
