@@ -327,8 +327,6 @@ class DriverRollout:
             )
         )
         result = self._base_result(cluster=cluster, target=target, plan=plan, preflight=preflight)
-        result["gitops_changes"] = gitops_changes(plan, managed=options.gitops_managed)
-        result["gitops_pending"] = bool(result["gitops_changes"])
         if options.preflight_only:
             return self._finish(result)
         if target is None:
@@ -361,10 +359,8 @@ class DriverRollout:
         else:
             self.execute(scope_writes)
         self.execute(plan.in_phase(PHASE_TARGET))
-        result["gitops_changes"] = list(self.gitops_deferred)
-        result["gitops_pending"] = bool(self.gitops_deferred)
-        if self.gitops_deferred:
-            # The rest waits for the commit to be synced: the caller commits these and runs again.
+        result.update(gitops_changes=list(self.gitops_deferred), gitops_pending=bool(self.gitops_deferred))
+        if self.gitops_deferred:  # the rest waits for the commit to be synced: the caller commits these, runs again
             return self._finish(result)
         if not options.wait:
             if plan.in_phase(PHASE_CLEANUP):
@@ -710,6 +706,8 @@ class DriverRollout:
             "timeline": {},
             "failures": [],
             "halted": False,
+            "gitops_changes": gitops_changes(plan, managed=self.options.gitops_managed),
+            "gitops_pending": bool(gitops_changes(plan, managed=self.options.gitops_managed)),
         }
 
     def _finish(self, result: Dict[str, Any]) -> Dict[str, Any]:

@@ -276,3 +276,34 @@ def test_the_report_names_each_gitops_commit() -> None:
     assert gitops_commit_text({"commit": "c" * 40, "review_url": "https://git.example/r/1"}).endswith(
         "awaits review at https://git.example/r/1"
     )
+
+
+def test_the_driver_plan_hands_managed_objects_to_git_and_refuses_what_git_mode_cannot_do() -> None:
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_runner import (
+        check_gitops_plan,
+        gitops_changes,
+    )
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope import RolloutPlan, Write
+
+    bump = {"spec": {"driver": {"version": "570.124.06"}}}
+    label = {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade.skip": "true"}}}
+    writes = (
+        Write(op="patch", kind="Node", name="gpu-worker-002", why="hold", phase="scope", desired=label, patch=label),
+        Write(op="patch", kind="ClusterPolicy", name="cp", why="target", phase="target", desired=bump, patch=bump),
+    )
+    plan = RolloutPlan(targets=("gpu-worker-001",), held_by_others=(), canary_nodes=("gpu-worker-001",), writes=writes)
+    managed = ("ClusterPolicy/cp",)
+    check_gitops_plan(plan, managed=managed, canary_mode="skip_label")
+    assert gitops_changes(plan, managed=managed) == [
+        {"kind": "ClusterPolicy", "name": "cp", "patch": bump, "why": "target"}
+    ]
+    assert gitops_changes(plan, managed=()) == []
+    created = Write(op="create", kind="NVIDIADriver", name="gpu-canary", why="pool", phase="scope", desired={})
+    with pytest.raises(InvalidInputError, match=r"NVIDIADriver gpu-canary is managed in Git .* would create it"):
+        check_gitops_plan(
+            RolloutPlan(targets=(), held_by_others=(), canary_nodes=(), writes=(created,)),
+            managed=("NVIDIADriver/gpu-canary",),
+            canary_mode="skip_label",
+        )
+    with pytest.raises(InvalidInputError, match="use canary_mode skip_label"):
+        check_gitops_plan(plan, managed=("NVIDIADriver/default",), canary_mode="nvidiadriver")
