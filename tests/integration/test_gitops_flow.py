@@ -21,6 +21,7 @@ import yaml
 from gpufleet_twin.process import start_twin
 
 from .conftest import ROOT, PlaybookRun, kubectl, run_playbook
+from .test_upgrade_flow import drivers, file_ledger, git
 
 pytestmark = pytest.mark.slow
 
@@ -34,17 +35,6 @@ APP = "gpu-operator"
 HEADER = "# The GPU Operator's ClusterPolicy. Argo CD applies this file; edit it here, never on the cluster.\n"
 # Fields the API server or the operator owns: not part of a manifest a team keeps in Git.
 SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "annotations")
-
-
-def git(repo: pathlib.Path, *args: str) -> str:
-    completed = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    return completed.stdout.strip()
 
 
 def application(twin) -> dict:
@@ -165,15 +155,6 @@ def policy_writes(twin) -> dict:
 
 def live_driver(twin) -> str:
     return json.loads(kubectl(twin, "get", "clusterpolicy", POLICY, "-o", "json"))["spec"]["driver"]["version"]
-
-
-def drivers(twin) -> dict:
-    nodes = json.loads(kubectl(twin, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"))["items"]
-    return {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/cuda.driver-version.full") for n in nodes}
-
-
-def file_ledger(workspace: pathlib.Path) -> list:
-    return json.loads((workspace / "reports" / "upgrade-ledger.json").read_text())["entries"]
 
 
 @pytest.fixture
