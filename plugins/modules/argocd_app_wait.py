@@ -31,6 +31,7 @@ attributes:
     description: Reads only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Changes nothing, so there is no diff.
 options:
   name:
     description: The Application's name.
