@@ -512,7 +512,7 @@ class DriverRollout:
         if self.options.gitops_synced:
             raise GpuFleetError(
                 f"{write.kind} {write.name} is managed in Git and its Argo CD Application synced the change, yet the "
-                f"cluster's object still differs in {', '.join('.'.join(path) for path, _ in patch_leaves(patch))} "
+                f"cluster's object still differs in {', '.join('.'.join(path) for path, _v in patch_leaves(patch))} "
                 f"(wanted {json.dumps(patch, sort_keys=True)}): check the manifest's path in "
                 "gpufleet_gitops.manifests and the Application's ignoreDifferences (a field it ignores is not applied)",
                 result={"gitops_changes": [{"kind": write.kind, "name": write.name, "patch": patch}]},
