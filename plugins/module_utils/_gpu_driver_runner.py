@@ -27,6 +27,7 @@ interruption continues from where the cluster is.
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -75,6 +76,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec 
     merge_patch_for,
     normalize_upgrade_policy,
     normalized_for_diff,
+    patch_leaves,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import (
     DRIVER_COMPONENT_SELECTOR,
@@ -140,6 +142,11 @@ class DriverRolloutOptions:
     wait_sleep: float = 10.0
     check_mode: bool = False
     diff: bool = False
+    # GitOps mode (docs/gitops.md): "Kind/name" of the objects Argo CD writes from Git. Their writes are not sent:
+    # the run stops after the writes it may make and returns them (gitops_changes) for a commit; run again once the
+    # Application synced it (gitops_synced), it finds them done or fails naming the fields the cluster lacks.
+    gitops_managed: Tuple[str, ...] = ()
+    gitops_synced: bool = False
 
 
 @dataclass
@@ -185,6 +192,8 @@ class DriverRollout:
         self.warnings: List[str] = []
         # The GPU nodes as the last observation saw them (halt writes are computed from these).
         self.latest_nodes: List[Dict[str, Any]] = []
+        # GitOps mode: the merge patches of objects managed in Git, left for a commit.
+        self.gitops_deferred: List[Dict[str, Any]] = []
 
     # -- reading -------------------------------------------------------------------------------
     def read_cluster(self) -> ClusterRead:
@@ -295,6 +304,7 @@ class DriverRollout:
         )
         plan = plan_rollout(view, request)
         self.warnings.extend(plan.warnings)
+        check_gitops_plan(plan, managed=options.gitops_managed, canary_mode=options.canary_mode)
         extras = self.read_preflight_extras(cluster.namespace)
         preflight = run_preflight(
             PreflightInput(
@@ -349,6 +359,9 @@ class DriverRollout:
         else:
             self.execute(scope_writes)
         self.execute(plan.in_phase(PHASE_TARGET))
+        result.update(gitops_changes=list(self.gitops_deferred), gitops_pending=bool(self.gitops_deferred))
+        if self.gitops_deferred:  # the rest waits for the commit to be synced: the caller commits these, runs again
+            return self._finish(result)
         if not options.wait:
             if plan.in_phase(PHASE_CLEANUP):
                 self.warnings.append("wait is false: the canary NVIDIADriver stays until a run that waits finishes")
@@ -475,6 +488,9 @@ class DriverRollout:
             patch = merge_patch_for(current, write.desired)
             if not patch:
                 return
+            if f"{write.kind}/{write.name}" in self.options.gitops_managed:
+                self._defer_to_git(write, patch)
+                return
             body = apply_merge_patch(patch, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}})
             try:
                 self.api.patch(ref, write.name, body)
@@ -490,6 +506,18 @@ class DriverRollout:
             status=409,
             reason="Conflict",
         )
+
+    def _defer_to_git(self, write: Write, patch: Dict[str, Any]) -> None:
+        """A field of an object Argo CD writes differs: leave it for a commit, or (after the sync) say it is missing."""
+        if self.options.gitops_synced:
+            raise GpuFleetError(
+                f"{write.kind} {write.name} is managed in Git and its Argo CD Application synced the change, yet the "
+                f"cluster's object still differs in {', '.join('.'.join(path) for path, _v in patch_leaves(patch))} "
+                f"(wanted {json.dumps(patch, sort_keys=True)}): check the manifest's path in "
+                "gpufleet_gitops.manifests and the Application's ignoreDifferences (a field it ignores is not applied)",
+                result={"gitops_changes": [{"kind": write.kind, "name": write.name, "patch": patch}]},
+            )
+        self.gitops_deferred.append({"kind": write.kind, "name": write.name, "patch": patch, "why": write.why})
 
     def _create(self, write: Write) -> None:
         ref = REFS[write.kind]
@@ -678,6 +706,8 @@ class DriverRollout:
             "timeline": {},
             "failures": [],
             "halted": False,
+            "gitops_changes": gitops_changes(plan, managed=self.options.gitops_managed),
+            "gitops_pending": bool(gitops_changes(plan, managed=self.options.gitops_managed)),
         }
 
     def _finish(self, result: Dict[str, Any]) -> Dict[str, Any]:
@@ -692,6 +722,33 @@ class DriverRollout:
             warnings=list(dict.fromkeys(self.warnings)),
         )
         return result
+
+
+def check_gitops_plan(plan: RolloutPlan, *, managed: Sequence[str], canary_mode: Optional[str]) -> None:
+    """GitOps mode edits fields of objects in Git; it neither creates nor deletes them (Argo CD would prune or
+    restore what the manifests do not hold), so a plan that would is refused before any write."""
+    if not managed:
+        return
+    for write in plan.writes:
+        if write.op != "patch" and f"{write.kind}/{write.name}" in managed:
+            raise InvalidInputError(
+                f"{write.kind} {write.name} is managed in Git (gpufleet_gitops.manifests) and this step would "
+                f"{write.op} it ({write.why}); GitOps mode only edits fields of managed objects"
+            )
+    if canary_mode == "nvidiadriver" and any(item.startswith("NVIDIADriver/") for item in managed):
+        raise InvalidInputError(
+            "canary_mode nvidiadriver moves nodes between NVIDIADriver pools on the cluster, which cannot wait for a "
+            "sync in the middle of a node's move; with NVIDIADrivers managed in Git use canary_mode skip_label"
+        )
+
+
+def gitops_changes(plan: RolloutPlan, *, managed: Sequence[str]) -> List[Dict[str, Any]]:
+    """The plan's merge patches of objects managed in Git (what a commit would carry), as the plan's read saw them."""
+    return [
+        {"kind": write.kind, "name": write.name, "patch": write.patch, "why": write.why}
+        for write in plan.writes
+        if write.op == "patch" and write.patch and f"{write.kind}/{write.name}" in managed
+    ]
 
 
 def _few(names: Sequence[str], *, shown: int = 5) -> str:

@@ -53,3 +53,5 @@ CLUSTER_VERSIONS = ResourceRef("config.openshift.io/v1", "clusterversions", "Clu
 CSVS = ResourceRef("operators.coreos.com/v1alpha1", "clusterserviceversions", "ClusterServiceVersion", True)
 IMAGE_STREAMS = ResourceRef("image.openshift.io/v1", "imagestreams", "ImageStream", True)
 LEASES = ResourceRef("coordination.k8s.io/v1", "leases", "Lease", True)
+# Argo CD's Application (GitOps mode reads it, never writes it).
+ARGOCD_APPLICATIONS = ResourceRef("argoproj.io/v1alpha1", "applications", "Application", True)

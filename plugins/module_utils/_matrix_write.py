@@ -379,8 +379,10 @@ def git_commit_and_tag(
     tag: str = "",
     author_name: str = "gpufleet.upgrade",
     author_email: str = "gpufleet-upgrade@localhost",
+    also: Sequence[str] = (),
 ) -> Dict[str, Any]:
-    """Commit the matrix file (only it) and tag the commit; an existing tag is left where it is and reported."""
+    """Commit the matrix file (only it, and the files in ``also``) and tag the commit; an existing tag is left
+    where it is and reported."""
     directory = os.path.dirname(os.path.abspath(path)) or "."
     identity = ["-c", f"user.name={author_name}", "-c", f"user.email={author_email}"]
 
@@ -392,12 +394,12 @@ def git_commit_and_tag(
 
     git("rev-parse", "--show-toplevel")  # inside a work tree, or say so
     # Pathspecs are relative to the directory git runs in (-C).
-    relative = os.path.basename(path)
-    git("add", "--", relative)
-    staged = run(["git", "-C", directory, "diff", "--cached", "--quiet", "--", relative])[0]
+    relative = [os.path.basename(path)] + [os.path.relpath(os.path.abspath(other), directory) for other in also]
+    git("add", "--", *relative)
+    staged = run(["git", "-C", directory, "diff", "--cached", "--quiet", "--", *relative])[0]
     result: Dict[str, Any] = {"committed": False, "commit": "", "tag": "", "tag_existed": False}
     if staged != 0:
-        git("commit", "--no-verify", "-m", message, "--", relative)
+        git("commit", "--no-verify", "-m", message, "--", *relative)
         result["committed"] = True
     result["commit"] = git("rev-parse", "HEAD")
     if tag:

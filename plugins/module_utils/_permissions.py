@@ -43,7 +43,14 @@ PLAYBOOKS = ("audit", "upgrade", "rehearse", "diagnose", "rbac")
 STAGES = ("canary", "bake", "promote", "rollback")
 GROUPS = ("gpu_operator", "network_operator", "firmware", "openshift", "sriov_operator")
 # Optional paths a run may take; each adds the steps named in FEATURE_STEPS.
-FEATURES = ("matrix_configmap", "nvidiadriver", "rollback_on_bake_failure", "doctor_remediate", "network_operator_helm")
+FEATURES = (
+    "matrix_configmap",
+    "nvidiadriver",
+    "rollback_on_bake_failure",
+    "doctor_remediate",
+    "network_operator_helm",
+    "gitops",
+)
 
 # The accounts the playbooks run as (roles/rbac creates them; docs/security.md): one per playbook, so each account
 # is bound to exactly the ClusterRoles of its playbook. The doctor's remediation writes, so it has an account of
@@ -424,6 +431,11 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
         ),
     ),
+    "gitops_application": (
+        "roles/upgrade gitops.yml and roles/gpu_operator gitops.yml: argocd_app_wait reads the Argo CD Application "
+        "(GitOps mode; the change itself goes through Git)",
+        (_g(UPGRADE_ROLE, _R, "argoproj.io", "applications"),),
+    ),
     "gpu_operator_nvidiadriver": (
         "roles/gpu_operator driver.yml with canary_mode nvidiadriver: create, move and remove the canary NVIDIADriver",
         (_g(UPGRADE_ROLE, ("create", "patch", "delete"), "nvidia.com", "nvidiadrivers"),),
@@ -643,6 +655,7 @@ FEATURE_STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     "nvidiadriver": {"gpu_operator": ("gpu_operator_nvidiadriver",)},
     "doctor_remediate": {None: ("doctor_remediate",)},
     "network_operator_helm": {"network_operator": ("network_operator_helm",)},
+    "gitops": {"gpu_operator": ("gitops_application",)},
 }
 
 

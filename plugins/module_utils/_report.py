@@ -410,8 +410,24 @@ def summary_rows(entry: Mapping[str, Any]) -> List[List[str]]:
                 " (already existed, left in place)" if matrix.get("tag_existed") else ""
             )
         summary.append(["Matrix", f"{matrix.get('file') or ''}: {text}"])
+    for commit in entry.get("gitops_commits") or []:
+        summary.append(["Git (GitOps)", gitops_commit_text(commit)])
     summary.append(["Next", next_step(entry)])
     return summary
+
+
+def gitops_commit_text(commit: Mapping[str, Any]) -> str:
+    """One GitOps commit of the stage: what it changed or reverted, and whether it was pushed or awaits review."""
+    text = f"commit {str(commit.get('commit') or '')[:12]} ({commit.get('stage') or ''}: {commit.get('what') or ''})"
+    if commit.get("reverted"):
+        text += "; reverts " + ", ".join(str(sha)[:12] for sha in commit["reverted"])
+    if commit.get("files"):
+        text += "; edits " + ", ".join(str(path) for path in commit["files"])
+    if commit.get("review_url"):
+        text += f"; awaits review at {commit['review_url']}"
+    elif not commit.get("pushed"):
+        text += "; not pushed"
+    return text
 
 
 def pre_step_rows(entry: Mapping[str, Any]) -> List[List[str]]:

@@ -119,6 +119,25 @@ options:
     description: Run the read-only preflight and return its findings; change nothing.
     type: bool
     default: false
+  gitops_managed:
+    description:
+      - GitOps mode (docs/gitops.md). C(Kind/name) of the objects Argo CD writes from Git, for example
+        C(ClusterPolicy/cluster-policy). Their changes are not sent to the cluster; the module makes the writes it may
+        make (node labels), stops and returns the managed objects' merge patches in RV(gitops_changes) for
+        M(gpufleet.upgrade.gitops_change) to commit.
+      - A plan that would create or delete a managed object, or O(canary_mode=nvidiadriver) with a managed
+        NVIDIADriver, is refused before any write.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.1.0
+  gitops_synced:
+    description:
+      - Set once the Argo CD Application synced the commit of RV(gitops_changes). A managed object that still lacks a
+        field then fails the task naming the field, instead of being returned again.
+    type: bool
+    default: false
+    version_added: 0.1.0
   wait:
     description: Wait until every targeted node runs the target driver (or one fails).
   wait_timeout:
@@ -284,6 +303,16 @@ uses_nvidia_driver_crd:
   description: Whether the cluster manages the driver with NVIDIADriver resources.
   returned: success
   type: bool
+gitops_changes:
+  description: With O(gitops_managed), the merge patches of the managed objects still to be written in Git.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{kind: ClusterPolicy, name: cluster-policy, patch: {spec: {driver: {version: 570.124.06}}}}]
+gitops_pending:
+  description: True when the run stopped for RV(gitops_changes) to be committed and synced.
+  returned: always
+  type: bool
 elapsed:
   description: Seconds the module ran.
   returned: always
@@ -333,6 +362,8 @@ def argument_spec():
         remove_canary_driver={"type": "bool", "default": True},
         retry_failed_nodes={"type": "bool", "default": False},
         preflight_only={"type": "bool", "default": False},
+        gitops_managed={"type": "list", "elements": "str", "default": []},
+        gitops_synced={"type": "bool", "default": False},
     )
     spec.update(wait_argument_spec())
     return spec
@@ -357,6 +388,8 @@ def rollout_options(module):
         wait_sleep=params["wait_sleep"],
         check_mode=module.check_mode,
         diff=module._diff,
+        gitops_managed=tuple(params["gitops_managed"]),
+        gitops_synced=params["gitops_synced"],
     )
 
 

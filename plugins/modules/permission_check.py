@@ -52,7 +52,8 @@ options:
       - Optional paths the run takes, each adding permissions - V(matrix_configmap) (the audit reads the matrix from a
         ConfigMap), V(nvidiadriver) (the GPU Operator canary uses an NVIDIADriver resource),
         V(rollback_on_bake_failure) (a failed bake check rolls the canary back), V(doctor_remediate) (the doctor
-        remediates), V(network_operator_helm) (the Network Operator moves with Helm).
+        remediates), V(network_operator_helm) (the Network Operator moves with Helm), V(gitops) (GitOps mode reads the
+        Argo CD Application).
     type: list
     elements: str
     default: []

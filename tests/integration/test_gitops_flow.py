@@ -1,0 +1,276 @@
+"""GitOps mode (docs/gitops.md) against the twin's Argo CD application controller and a local Git repository.
+
+The ClusterPolicy's manifest lives in a bare repository on disk; the twin's Argo CD Application
+syncs it automatically. The flow must change it only through commits (the twin's request log
+shows no PATCH of the ClusterPolicy from the collection; the Argo CD controller writes it with
+its own field manager), and still pick, label, watch, gate, bake, promote and roll back on the
+cluster as without GitOps.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from gpufleet_twin.process import start_twin
+
+from .conftest import ROOT, PlaybookRun, kubectl, run_playbook
+from .test_upgrade_flow import drivers, file_ledger, git
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = ROOT / "examples" / "gpu-version-matrix.yaml"
+CANARY = "gpu-worker-001"
+NEW_DRIVER = "570.124.06"
+OLD_DRIVER = "550.127.05"
+POLICY = "gpu-cluster-policy"
+MANIFEST = "gpu-operator/clusterpolicy.yaml"
+APP = "gpu-operator"
+HEADER = "# The GPU Operator's ClusterPolicy. Argo CD applies this file; edit it here, never on the cluster.\n"
+# Fields the API server or the operator owns: not part of a manifest a team keeps in Git.
+SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "annotations")
+
+
+def application(twin) -> dict:
+    return json.loads(kubectl(twin, "get", "applications.argoproj.io", "-n", "argocd", APP, "-o", "json"))
+
+
+def wait_for_application(twin, *, sync: str, health: str = "Healthy", revision: str = "") -> dict:
+    """Bounded: the twin's Argo CD polls every 180 simulated seconds (0.3 s of wall time at 600x)."""
+    deadline = time.monotonic() + 120
+    while True:
+        app = application(twin)
+        status = app.get("status") or {}
+        if (
+            (status.get("sync") or {}).get("status") == sync
+            and (status.get("health") or {}).get("status") == health
+            and (not revision or status["sync"].get("revision") == revision)
+        ):
+            return app
+        assert time.monotonic() < deadline, f"Application never reached {sync}/{health}: {json.dumps(status)[:2000]}"
+        time.sleep(1)
+
+
+def seed_repository(twin, base: pathlib.Path) -> pathlib.Path:
+    """A bare repository holding the live ClusterPolicy as a team would keep it, and the Application syncing it."""
+    remote = base / "platform.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True, timeout=30)
+    seed = base / "seed"
+    subprocess.run(["git", "clone", "-q", str(remote), str(seed)], check=True, capture_output=True, timeout=30)
+    git(seed, "checkout", "-q", "-b", "main")
+    live = json.loads(kubectl(twin, "get", "clusterpolicy", POLICY, "-o", "json"))
+    metadata = {key: value for key, value in live["metadata"].items() if key not in SERVER_FIELDS}
+    manifest = {"apiVersion": live["apiVersion"], "kind": "ClusterPolicy", "metadata": metadata, "spec": live["spec"]}
+    (seed / "gpu-operator").mkdir()
+    (seed / MANIFEST).write_text(HEADER + "---\n" + yaml.safe_dump(manifest, sort_keys=False))
+    git(seed, "add", ".")
+    git(seed, "commit", "-q", "-m", "The GPU Operator's ClusterPolicy")
+    git(seed, "push", "-q", "origin", "main")
+    app = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": {"name": APP, "namespace": "argocd"},
+        "spec": {
+            "project": "default",
+            "source": {"repoURL": f"file://{remote}", "targetRevision": "main", "path": "gpu-operator"},
+            "destination": {"server": "https://kubernetes.default.svc"},
+            "syncPolicy": {"automated": {"prune": False, "selfHeal": True}},
+            # docs/gitops.md: the CRD's default of the deprecated spec.cdi.default (NVIDIA/gpu-operator#2795).
+            "ignoreDifferences": [
+                {"group": "nvidia.com", "kind": "ClusterPolicy", "jsonPointers": ["/spec/cdi/default"]}
+            ],
+        },
+    }
+    path = base / "application.json"
+    path.write_text(json.dumps(app))
+    kubectl(twin, "apply", "-f", str(path))
+    wait_for_application(twin, sync="Synced", revision=git(remote, "rev-parse", "main"))
+    return remote
+
+
+def settings(workspace: pathlib.Path, remote: pathlib.Path, **overrides) -> dict:
+    found = {
+        "repository": str(workspace / "clone"),
+        "repository_url": f"file://{remote}",
+        "branch": "main",
+        "manifests": [{"kind": "ClusterPolicy", "name": POLICY, "path": MANIFEST}],
+        "application": {"name": APP, "namespace": "argocd"},
+        "author_name": "gpufleet.upgrade",
+        "author_email": "gpufleet@example.invalid",
+        "sync_timeout": 120,
+        "sync_sleep": 1,
+    }
+    found.update(overrides)
+    return found
+
+
+def flow(twin, workspace: pathlib.Path, stage: str, gitops: dict, **extra) -> PlaybookRun:
+    variables = {
+        "stage": stage,
+        "upgrade_matrix_file": str(workspace / "matrix" / "matrix.yaml"),
+        "upgrade_report_dir": str(workspace / "reports"),
+        "upgrade_wait_timeout": 900,
+        "validate_wait_sleep": 0.5,
+        "gpu_operator_wait_sleep": 1,
+        "gpufleet_gitops": gitops,
+    }
+    variables.update(extra)
+    return run_playbook("playbooks/upgrade.yml", twin=twin, extra_vars=variables, timeout=900)
+
+
+def commits(remote: pathlib.Path) -> list:
+    """(subject, Gpufleet-Stage trailer) of the remote's commits, oldest first, the seed left out."""
+    log = git(remote, "log", "--reverse", "--format=%s%x00%(trailers:key=Gpufleet-Stage,valueonly)%x1e", "main")
+    found = [tuple(part.strip() for part in record.split("\x00")) for record in log.split("\x1e") if record.strip()]
+    return found[1:]
+
+
+def commits_until(remote: pathlib.Path, revision: str) -> list:
+    """The remote's commits up to ``revision`` (as ``commits`` lists them)."""
+    count = int(git(remote, "rev-list", "--count", revision))
+    return commits(remote)[: count - 1]
+
+
+def policy_writes(twin) -> dict:
+    """The collection's requests that wrote ClusterPolicies, and the Argo CD controller's writes of them."""
+    report = twin.report()
+    served = {
+        key: count
+        for key, count in report["requests"]["by_verb_resource"].items()
+        if key.split(" ", 1)[0] in ("create", "update", "patch", "delete") and "clusterpolicies" in key
+    }
+    by_argocd = {
+        key: count
+        for key, count in (report.get("writes_by_field_manager") or {}).get("argocd-controller", {}).items()
+        if "clusterpolicies" in key
+    }
+    return {"requests": served, "argocd": by_argocd}
+
+
+def live_driver(twin) -> str:
+    return json.loads(kubectl(twin, "get", "clusterpolicy", POLICY, "-o", "json"))["spec"]["driver"]["version"]
+
+
+@pytest.fixture
+def gitops_twin(tmp_path):
+    twin = start_twin(nodes=6, profile="openshift", time_scale=600, workdir=tmp_path / "twin", argocd=True)
+    yield twin
+    assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
+
+
+@pytest.fixture
+def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
+    (tmp_path / "matrix").mkdir()
+    shutil.copy(EXAMPLE, tmp_path / "matrix" / "matrix.yaml")
+    git(tmp_path / "matrix", "init", "-q")
+    git(tmp_path / "matrix", "add", "matrix.yaml")
+    git(tmp_path / "matrix", "commit", "-q", "-m", "matrix")
+    return tmp_path
+
+
+def test_gitops_refusal_bounded_wait_then_canary_bake_promote_through_git(gitops_twin, workspace):
+    twin = gitops_twin
+    remote = seed_repository(twin, workspace)
+    gitops = settings(workspace, remote)
+    seeded = git(remote, "rev-parse", "main")
+
+    # The Application cannot read its repository: refused before anything is committed or written.
+    twin.admin("POST", "faults", {"type": "argocd_repo_unreachable"})
+    wait_for_application(twin, sync="Unknown")
+    twin.admin("POST", "report/reset")
+    refused = flow(twin, workspace, "canary", gitops)
+    assert refused.returncode != 0, refused.output
+    assert "Argo CD Application argocd/gpu-operator is not ready for a change (it is not synced" in refused.output
+    assert "ComparisonError" in refused.output and "Nothing was committed" in refused.output
+    assert git(remote, "rev-parse", "main") == seeded
+    assert file_ledger(workspace)[-1]["outcome"] == "refused"
+    assert {k: v for k, v in twin.report()["requests"]["by_verb_resource"].items() if k.startswith("patch ")} == {}
+    twin.admin("DELETE", "faults")
+    wait_for_application(twin, sync="Synced")
+
+    # Argo CD stops syncing: the canary commits, waits a bounded time and halts naming the commit left in Git.
+    twin.admin("POST", "faults", {"type": "argocd_sync_stalls", "application": APP})
+    stalled = flow(twin, workspace, "canary", settings(workspace, remote, sync_timeout=20))
+    assert stalled.returncode != 0, stalled.output
+    waited_for = git(remote, "rev-parse", "main")
+    assert waited_for != seeded
+    assert f"did not sync revision {waited_for} within 20s" in stalled.output
+    assert "The commit is left in place" in stalled.output and f"git revert {waited_for}" in stalled.output
+    twin.admin("DELETE", "faults")
+    wait_for_application(twin, sync="Synced", revision=waited_for)
+
+    # The ledger's way on from a failed canary is a rollback: a revert commit of the change, synced.
+    rollback = flow(twin, workspace, "rollback", gitops)
+    assert rollback.returncode == 0, rollback.output
+    assert git(remote, "log", "-1", "--format=%s", "main").startswith("Revert change gpu_operator")
+    assert git(remote, "diff", seeded, "main", "--", MANIFEST) == ""
+    assert live_driver(twin) == OLD_DRIVER and set(drivers(twin).values()) == {OLD_DRIVER}
+    reverted = git(remote, "rev-parse", "main")
+
+    # A new canary starts from the rolled-back node.
+    twin.admin("POST", "report/reset")
+    canary = flow(twin, workspace, "canary", gitops)
+    assert canary.returncode == 0, canary.output
+    assert "Stage canary: success" in canary.output
+    assert live_driver(twin) == NEW_DRIVER
+    found = drivers(twin)
+    assert found[CANARY] == NEW_DRIVER
+    assert {driver for name, driver in found.items() if name != CANARY} == {OLD_DRIVER}
+    writes = policy_writes(twin)
+    assert writes["requests"] == {}, writes  # the collection never wrote the ClusterPolicy
+    assert writes["argocd"], writes  # Argo CD did, with its own field manager
+    all_commits = commits(remote)
+    canary_commits = all_commits[len(commits_until(remote, reverted)) :]
+    assert canary_commits and all(stage == "canary" for _subject, stage in canary_commits), all_commits
+    assert canary_commits[-1][0] == f"GPU Operator canary: driver {NEW_DRIVER} (canary)"
+    manifest = git(remote, "show", f"main:{MANIFEST}")
+    assert manifest.startswith(HEADER.strip()) and f"version: {NEW_DRIVER}" in manifest
+    entry = file_ledger(workspace)[-1]
+    assert [c["commit"] for c in entry["gitops_commits"]][-1] == git(remote, "rev-parse", "main")
+
+    bake = flow(twin, workspace, "bake", gitops)
+    assert bake.returncode == 0, bake.output
+
+    twin.advance(49 * 3600)
+    twin.admin("POST", "report/reset")
+    promote = flow(twin, workspace, "promote", gitops, upgrade_git_commit=True)
+    assert promote.returncode == 0, promote.output
+    assert set(drivers(twin).values()) == {NEW_DRIVER}
+    assert policy_writes(twin)["requests"] == {}
+    # The manifest held the target since the canary: the promotion's one commit is the matrix's.
+    assert commits(remote) == all_commits
+    assert git(workspace / "matrix", "log", "-1", "--format=%s").startswith("Promote canary_testing")
+    wait_for_application(twin, sync="Synced", revision=git(remote, "rev-parse", "main"))
+
+
+def test_gitops_failed_bake_gate_rolls_back_with_a_revert_commit(gitops_twin, workspace):
+    twin = gitops_twin
+    remote = seed_repository(twin, workspace)
+    gitops = settings(workspace, remote)
+    original = git(remote, "show", f"main:{MANIFEST}")
+    assert flow(twin, workspace, "canary", gitops).returncode == 0
+    changed = commits(remote)
+    assert changed and live_driver(twin) == NEW_DRIVER
+
+    twin.admin("POST", "report/reset")
+    twin.admin("POST", "faults", {"type": "ecc_errors", "node": CANARY, "uncorrected": 3, "xid": [48]})
+    bake = flow(
+        twin, workspace, "bake", gitops, upgrade_rollback_on_bake_failure=True, upgrade_bake_gates=["gpu_errors"]
+    )
+    assert bake.returncode != 0
+    assert "the canary was rolled back to current_production" in bake.output
+    after = commits(remote)
+    assert after[: len(changed)] == changed
+    (revert,) = after[len(changed) :]
+    assert revert[0].startswith("Revert change gpu_operator") and revert[1] == "rollback"
+    # The revert took every field the change wrote back: the manifest is the one the team had.
+    assert git(remote, "show", f"main:{MANIFEST}") == original
+    assert live_driver(twin) == OLD_DRIVER and drivers(twin)[CANARY] == OLD_DRIVER
+    assert policy_writes(twin)["requests"] == {}
+    wait_for_application(twin, sync="Synced", revision=git(remote, "rev-parse", "main"))
