@@ -85,6 +85,9 @@ class PreflightInput:
     wait: bool = True
     retry_failed_nodes: bool = False
     target_version: str = ""
+    # False: no upgrade controller moves the driver (autoUpgrade false, or an operator that predates it); the
+    # module replaces the driver pods itself.
+    upgrade_controller: bool = True
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,16 @@ def run_preflight(data: PreflightInput) -> Preflight:
     findings += _daemonset_findings(data, nodes)
 
     auto_upgrade = bool(policy.get("autoUpgrade"))
-    if not auto_upgrade:
+    if not data.upgrade_controller:
+        findings.append(
+            Finding(
+                "auto_upgrade",
+                INFO,
+                "No upgrade controller moves the driver (upgradePolicy.autoUpgrade is false, or the operator "
+                "predates it): this module replaces the driver pods node by node itself; autoUpgrade stays as it is",
+            )
+        )
+    elif not auto_upgrade:
         findings.append(
             Finding(
                 "auto_upgrade",
