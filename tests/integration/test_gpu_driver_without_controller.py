@@ -99,7 +99,9 @@ def test_canary_then_promotion_without_the_controller_within_the_budget(twin_fac
 
     # Promotion: a PDB refuses evictions for 15 simulated minutes; the cordoned node counts against the budget.
     twin.admin(
-        "POST", "faults", {"type": "pdb_never_allows", "namespace": "ml-training", "name": "llm-train-0", "duration": 900}
+        "POST",
+        "faults",
+        {"type": "pdb_never_allows", "namespace": "ml-training", "name": "llm-train-0", "duration": 900},
     )
     twin.admin("POST", "report/reset")
     run, result = run_role(
