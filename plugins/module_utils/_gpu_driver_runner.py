@@ -449,7 +449,7 @@ class DriverRollout:
             ) from err
         self._manual_result(result, engine)
         if options.check_mode:
-            self.changed = plan.changes or bool(engine["plan"].get("order"))
+            self.changed = plan.changes or bool(engine.get("changed"))
         else:
             self.changed = self.changed or bool(engine.get("changed"))
         return self._finish(result)

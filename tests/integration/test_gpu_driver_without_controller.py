@@ -158,7 +158,7 @@ def test_killed_run_resumes_halts_at_a_failing_node_and_its_next_step_finishes(t
     twin.admin("POST", "report/reset")
     run, result = run_module(twin, tmp_path, args, check=True)
     assert run.returncode == 0, run.output
-    assert result["changed"] is True and len(result["rollout"]["plan"]["order"]) == 6
+    assert result["changed"] is True and len(result["rollout"]["plan"]["nodes"]) == 6
     assert write_requests(twin) == {}
 
     twin.admin(
