@@ -207,7 +207,9 @@ def replace_driver_step(api: KubeApi, options: ManualStepOptions) -> NodeStep:
         deleted: List[str] = []
         for pod in _driver_pods_on(api, options, context.node_name):
             view = driver_pods_by_node([pod]).get(context.node_name)
-            if view is not None and not view.terminating and view.version != version:
+            # A pod at the target that keeps failing (a retry after its cause was fixed) is replaced too.
+            stale = view is not None and (view.version != version or (not view.ready and view.restart_count > 0))
+            if view is not None and stale and not view.terminating:
                 api.delete(PODS, view.name, namespace=view.namespace)
                 deleted.append(view.name)
 
@@ -237,7 +239,7 @@ def replace_driver_step(api: KubeApi, options: ManualStepOptions) -> NodeStep:
         name=REPLACE_STEP,
         run=run,
         description=(
-            f"delete the driver pod unless it runs {version} (the DaemonSet is OnDelete) and wait up to "
+            f"delete the driver pod unless it runs {version} and is healthy (the DaemonSet is OnDelete), wait up to "
             f"{options.driver_timeout:.0f}s for the new one Ready at {version}; a crash-looping pod fails the node"
         ),
     )

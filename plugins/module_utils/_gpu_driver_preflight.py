@@ -217,12 +217,18 @@ def run_preflight(data: PreflightInput) -> Preflight:
         return Preflight(findings=tuple(findings), summary={})
     schedulable_pending = [name for name in pending if not node_is_unschedulable(nodes.get(name, {}))]
     if slots.available <= 0 and schedulable_pending and in_progress == 0:
+        # Without the controller the rollout engine decides: it finishes the nodes it cordoned first (resuming
+        # an interrupted run) and waits, bounded, for the budget otherwise.
         findings.append(
             Finding(
                 "budget",
-                ERROR,
+                ERROR if data.upgrade_controller else WARNING,
                 f"maxUnavailable allows {slots.max_unavailable} node(s) away and {slots.current_unavailable} already "
-                "are: the upgrade controller would start no node",
+                + (
+                    "are: the upgrade controller would start no node"
+                    if data.upgrade_controller
+                    else "are: only a node this collection's rollout cordoned can go now"
+                ),
                 nodes=tuple(unavailable),
                 details=slots.as_dict(),
             )

@@ -182,7 +182,7 @@ def test_killed_run_resumes_halts_at_a_failing_node_and_its_next_step_finishes(t
     # The re-run resumes (the nodes done are not done again) and halts at the node whose driver does not build.
     run, result = run_module(twin, tmp_path, args)
     assert run.returncode != 0
-    assert f"halted at node {FAILING}" in run.output
+    assert f"halted at node {FAILING}" in run.output, run.output[-3000:]
     assert result["halted"] is True and result["failures"][0]["node"] == FAILING
     assert not set(finished) & set(result["timeline"])
     nodes = gpu_nodes(twin)
