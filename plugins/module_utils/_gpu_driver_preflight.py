@@ -129,6 +129,29 @@ def _unavailable(node: Mapping[str, Any]) -> bool:
     return node_is_unschedulable(node) or node_ready_status(node) not in ("True", "")
 
 
+def _controller_findings(data: PreflightInput) -> List[Finding]:
+    """Whether an upgrade controller will move the driver, or this module does the node work itself."""
+    if not data.upgrade_controller:
+        return [
+            Finding(
+                "auto_upgrade",
+                INFO,
+                "No upgrade controller moves the driver (upgradePolicy.autoUpgrade is false, or the operator "
+                "predates it): this module replaces the driver pods node by node itself; autoUpgrade stays as it is",
+            )
+        ]
+    if not bool(data.upgrade_policy.get("autoUpgrade")):
+        return [
+            Finding(
+                "auto_upgrade",
+                ERROR if data.wait else WARNING,
+                "upgradePolicy.autoUpgrade is false: the upgrade controller replaces no driver pod (and clears "
+                "every node's state label); set upgrade_policy.autoUpgrade true",
+            )
+        ]
+    return []
+
+
 def run_preflight(data: PreflightInput) -> Preflight:
     findings: List[Finding] = []
     nodes = {name_of(node): node for node in data.gpu_nodes}
@@ -137,25 +160,7 @@ def run_preflight(data: PreflightInput) -> Preflight:
 
     findings += _daemonset_findings(data, nodes)
 
-    auto_upgrade = bool(policy.get("autoUpgrade"))
-    if not data.upgrade_controller:
-        findings.append(
-            Finding(
-                "auto_upgrade",
-                INFO,
-                "No upgrade controller moves the driver (upgradePolicy.autoUpgrade is false, or the operator "
-                "predates it): this module replaces the driver pods node by node itself; autoUpgrade stays as it is",
-            )
-        )
-    elif not auto_upgrade:
-        findings.append(
-            Finding(
-                "auto_upgrade",
-                ERROR if data.wait else WARNING,
-                "upgradePolicy.autoUpgrade is false: the upgrade controller replaces no driver pod (and clears "
-                "every node's state label); set upgrade_policy.autoUpgrade true",
-            )
-        )
+    findings += _controller_findings(data)
 
     failed = sorted(name for name in data.targets if states.get(name) == STATE_FAILED)
     if failed and not data.retry_failed_nodes:
