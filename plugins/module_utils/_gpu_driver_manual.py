@@ -233,7 +233,8 @@ def replace_driver_step(api: KubeApi, options: ManualStepOptions) -> NodeStep:
                 f"{err.msg}; last seen: {last.describe() if last is not None else 'no driver pod'}",
                 result={"elapsed": err.result.get("elapsed")},
             ) from err
-        return {"deleted": deleted, "pod": outcome.value.name, "elapsed": round(outcome.elapsed, 3)}
+        new_pod = outcome.value
+        return {"deleted": deleted, "pod": new_pod.name if new_pod else "", "elapsed": round(outcome.elapsed, 3)}
 
     return NodeStep(
         name=REPLACE_STEP,
