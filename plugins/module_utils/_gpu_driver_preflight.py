@@ -85,6 +85,9 @@ class PreflightInput:
     wait: bool = True
     retry_failed_nodes: bool = False
     target_version: str = ""
+    # False: no upgrade controller moves the driver (autoUpgrade false, or an operator that predates it); the
+    # module replaces the driver pods itself.
+    upgrade_controller: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,29 @@ def _unavailable(node: Mapping[str, Any]) -> bool:
     return node_is_unschedulable(node) or node_ready_status(node) not in ("True", "")
 
 
+def _controller_findings(data: PreflightInput) -> List[Finding]:
+    """Whether an upgrade controller will move the driver, or this module does the node work itself."""
+    if not data.upgrade_controller:
+        return [
+            Finding(
+                "auto_upgrade",
+                INFO,
+                "No upgrade controller moves the driver (upgradePolicy.autoUpgrade is false, or the operator "
+                "predates it): this module replaces the driver pods node by node itself; autoUpgrade stays as it is",
+            )
+        ]
+    if not bool(data.upgrade_policy.get("autoUpgrade")):
+        return [
+            Finding(
+                "auto_upgrade",
+                ERROR if data.wait else WARNING,
+                "upgradePolicy.autoUpgrade is false: the upgrade controller replaces no driver pod (and clears "
+                "every node's state label); set upgrade_policy.autoUpgrade true",
+            )
+        ]
+    return []
+
+
 def run_preflight(data: PreflightInput) -> Preflight:
     findings: List[Finding] = []
     nodes = {name_of(node): node for node in data.gpu_nodes}
@@ -134,16 +160,7 @@ def run_preflight(data: PreflightInput) -> Preflight:
 
     findings += _daemonset_findings(data, nodes)
 
-    auto_upgrade = bool(policy.get("autoUpgrade"))
-    if not auto_upgrade:
-        findings.append(
-            Finding(
-                "auto_upgrade",
-                ERROR if data.wait else WARNING,
-                "upgradePolicy.autoUpgrade is false: the upgrade controller replaces no driver pod (and clears "
-                "every node's state label); set upgrade_policy.autoUpgrade true",
-            )
-        )
+    findings += _controller_findings(data)
 
     failed = sorted(name for name in data.targets if states.get(name) == STATE_FAILED)
     if failed and not data.retry_failed_nodes:
@@ -205,12 +222,18 @@ def run_preflight(data: PreflightInput) -> Preflight:
         return Preflight(findings=tuple(findings), summary={})
     schedulable_pending = [name for name in pending if not node_is_unschedulable(nodes.get(name, {}))]
     if slots.available <= 0 and schedulable_pending and in_progress == 0:
+        # Without the controller the rollout engine decides: it finishes the nodes it cordoned first (resuming
+        # an interrupted run) and waits, bounded, for the budget otherwise.
         findings.append(
             Finding(
                 "budget",
-                ERROR,
+                ERROR if data.upgrade_controller else WARNING,
                 f"maxUnavailable allows {slots.max_unavailable} node(s) away and {slots.current_unavailable} already "
-                "are: the upgrade controller would start no node",
+                + (
+                    "are: the upgrade controller would start no node"
+                    if data.upgrade_controller
+                    else "are: only a node this collection's rollout cordoned can go now"
+                ),
                 nodes=tuple(unavailable),
                 details=slots.as_dict(),
             )

@@ -39,6 +39,16 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     RolloutHaltedError,
     WaitTimeoutError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_manual import (
+    ManualRun,
+    clear_command,
+    controller_absent,
+    run_manual_rollout,
+    timeline_of,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_manual import (
+    failures_of as manual_failures,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_preflight import (
     ERROR,
     Preflight,
@@ -53,6 +63,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     POOL_MOVE_ANNOTATION,
     POOL_MOVE_CORDONED,
     POOL_MOVE_WAS_UNSCHEDULABLE,
+    SCOPE_ALL,
     SCOPE_CANARY,
     ClusterView,
     RolloutPlan,
@@ -194,6 +205,8 @@ class DriverRollout:
         self.latest_nodes: List[Dict[str, Any]] = []
         # GitOps mode: the merge patches of objects managed in Git, left for a commit.
         self.gitops_deferred: List[Dict[str, Any]] = []
+        # False when the served ClusterPolicy CRD has no driver.upgradePolicy (an operator before the controller).
+        self.served_upgrade_policy = True
 
     # -- reading -------------------------------------------------------------------------------
     def read_cluster(self) -> ClusterRead:
@@ -252,6 +265,8 @@ class DriverRollout:
             node = crd_schema_at(crd, ("spec", "driver", "upgradePolicy"), version="v1") if crd else None
             if node:
                 fields = fields_from_schema(node)
+            elif crd and crd_schema_at(crd, ("spec", "driver"), version="v1"):
+                self.served_upgrade_policy = False
             if uses_crd:
                 driver_crd = self.api.get(CRDS, NVIDIA_DRIVER_CRD)
                 has_default = bool(driver_crd and crd_schema_at(driver_crd, ("spec", "default")))
@@ -285,11 +300,13 @@ class DriverRollout:
             target = DriverTarget.from_params(options.driver)  # raises: version is required
         driver_section = ((cluster.policy.get("spec") or {}).get("driver")) or {}
         effective = effective_upgrade_policy(driver_section.get("upgradePolicy"), upgrade_policy)
+        manual = controller_absent(effective, served_upgrade_policy=self.served_upgrade_policy)
         request = RolloutRequest(
-            scope=options.scope,
+            # Without the controller the canary is which nodes this module rolls, not labels or pools.
+            scope=SCOPE_ALL if manual else options.scope,
             target=target,
             upgrade_policy=upgrade_policy,
-            canary_mode=options.canary_mode,
+            canary_mode=None if manual else options.canary_mode,
             canary_selector=dict(options.canary_selector),
             canary_driver_name=options.canary_driver_name,
             remove_canary_driver=options.remove_canary_driver,
@@ -305,6 +322,13 @@ class DriverRollout:
         plan = plan_rollout(view, request)
         self.warnings.extend(plan.warnings)
         check_gitops_plan(plan, managed=options.gitops_managed, canary_mode=options.canary_mode)
+        if manual and options.gitops_managed:
+            # The rollout without the controller writes the target and then replaces driver pods in one run; in
+            # GitOps mode the target reaches the cluster only after a commit is synced (not supported together yet).
+            raise InvalidInputError(
+                "GitOps mode needs the GPU Operator's upgrade controller (driver.upgradePolicy.autoUpgrade true): "
+                "the node-by-node rollout without it is not supported in GitOps mode yet (docs/gitops.md)"
+            )
         extras = self.read_preflight_extras(cluster.namespace)
         preflight = run_preflight(
             PreflightInput(
@@ -324,6 +348,7 @@ class DriverRollout:
                 wait=options.wait and not options.preflight_only,
                 retry_failed_nodes=options.retry_failed_nodes,
                 target_version=target.version if target else "",
+                upgrade_controller=not manual,
             )
         )
         result = self._base_result(cluster=cluster, target=target, plan=plan, preflight=preflight)
@@ -339,6 +364,8 @@ class DriverRollout:
             )
         if options.diff or options.check_mode:
             result["diff"] = plan_diff(plan)
+        if manual:
+            return self.run_without_controller(cluster, plan=plan, target=target, effective=effective, result=result)
         if options.check_mode:
             self.changed = plan.changes
             return self._finish(result)
@@ -384,6 +411,100 @@ class DriverRollout:
                 result=result,
             )
         return self._finish(result)
+
+    # -- without the upgrade controller ---------------------------------------------------------
+    def run_without_controller(
+        self,
+        cluster: ClusterRead,
+        *,
+        plan: RolloutPlan,
+        target: DriverTarget,
+        effective: Mapping[str, Any],
+        result: Dict[str, Any],
+    ) -> Dict[str, Any]:
+        """Write the target, then replace the driver pods node by node with the rollout engine (see
+        ``_gpu_driver_manual``). autoUpgrade is never written unless the caller's upgrade_policy names it."""
+        options = self.options
+        result["upgrade_controller"] = False
+        if options.scope == SCOPE_CANARY and not plan.canary_nodes:
+            selector = ",".join(f"{key}={value}" for key, value in sorted(options.canary_selector.items()))
+            raise InvalidInputError(
+                f"No node hosting a GPU driver pod carries {selector}: label the canary node(s) first"
+            )
+        if options.canary_mode and options.scope == SCOPE_CANARY:
+            self.warnings.append(
+                f"No upgrade controller: canary_mode {options.canary_mode} is not used; the module replaces the "
+                "driver pod on the canary node(s) only. Any other driver pod that restarts comes up at the target "
+                "(the DaemonSet template carries it)"
+            )
+        if not options.check_mode:
+            self.execute(plan.in_phase(PHASE_SCOPE))
+            self.execute(plan.in_phase(PHASE_TARGET))
+            if not options.wait:
+                self.warnings.append("wait is false: without the upgrade controller no driver pod was replaced")
+                return self._finish(result)
+        run = ManualRun(
+            namespace=cluster.namespace,
+            nodes=tuple(self.api.list(NODES)) if not options.check_mode else tuple(cluster.nodes),
+            driver_pods=tuple(cluster.driver_pods),
+            managed=tuple(sorted(cluster.managed)),
+            canary_nodes=plan.canary_nodes,
+            held_by_others=plan.held_by_others,
+            canary_only=options.scope == SCOPE_CANARY,
+            effective_policy=effective,
+            target_version=target.version,
+            wait_timeout=self._remaining(),
+            sleep=options.wait_sleep,
+            undo_other_targets=options.retry_failed_nodes,
+            check_mode=options.check_mode,
+        )
+        try:
+            engine = run_manual_rollout(
+                self.api, run, clock=self.clock.monotonic, pause=self.clock.pause, now=self.clock.now
+            )
+        except RolloutHaltedError as err:
+            self._manual_result(result, err.result or {})
+            raise RolloutHaltedError(
+                self._manual_halt_message(target, err, result), node=err.node, result=self._finish(result)
+            ) from err
+        self._manual_result(result, engine)
+        if options.check_mode:
+            self.changed = plan.changes or bool(engine.get("changed"))
+        else:
+            self.changed = self.changed or bool(engine.get("changed"))
+        return self._finish(result)
+
+    @staticmethod
+    def _manual_result(result: Dict[str, Any], engine: Mapping[str, Any]) -> None:
+        timeline = list(engine.get("timeline") or [])
+        result["rollout"] = dict(engine)
+        result["targets"] = [entry["node"] for entry in timeline] or list(engine.get("plan", {}).get("order") or [])
+        result["timeline"] = timeline_of(timeline)
+        result["failures"] = manual_failures(timeline)
+        failed = list(engine.get("nodes_failed") or [])
+        result["progress"] = {
+            "done": list(engine.get("nodes_done") or []) + list(engine.get("nodes_skipped") or []),
+            "failed": failed,
+            "in_progress": [],
+            "pending": list(engine.get("nodes_not_started") or []),
+        }
+        if engine.get("halted"):
+            result["halted"] = True
+            result["halt"] = {"failed": failed, "held": result["progress"]["pending"], "in_progress": []}
+
+    @staticmethod
+    def _manual_halt_message(target: DriverTarget, err: RolloutHaltedError, result: Dict[str, Any]) -> str:
+        node = err.node or (result.get("halt", {}).get("failed") or [""])[0]
+        reason = next((f["reason"] for f in result.get("failures", []) if f["node"] == node), "") or err.msg
+        if not result.get("failures") and node:
+            result["failures"] = [{"node": node, "state": "", "reason": reason}]
+        pending = result.get("progress", {}).get("pending") or []
+        return (
+            f"GPU driver rollout to {target.version} (without the upgrade controller) halted at node "
+            f"{node or '?'}: {reason}. The node stays cordoned; {len(pending)} node(s) not yet started were not "
+            f"touched. Fix the cause, then run again after `{clear_command(node or '<node>')}`, or roll back "
+            "(retry_failed_nodes with the previous driver)"
+        )
 
     # -- moving nodes between NVIDIADriver pools ---------------------------------------------------
     def move_pool(

@@ -159,11 +159,15 @@ class PodSelection:
     """Which pods must leave a node; a pod matching any enabled criterion must go.
 
     ``exempt_label``: pods labelled ``<key>=true`` stay (like the GPU Operator's
-    ``nvidia.com/gpu-driver-upgrade-drain.skip``). ``force`` and
+    ``nvidia.com/gpu-driver-upgrade-drain.skip``). ``gpu_consumers``: also pods
+    that use the GPUs without requesting them (the ``nvidia`` runtimeClass alone,
+    a hostPath mount of ``/dev/nvidia*``); they keep the driver loaded
+    (NVIDIA/gpu-operator issues 2509, 2570). ``force`` and
     ``delete_emptydir_data`` mean what they mean to ``kubectl drain``.
     """
 
     gpu: bool = False
+    gpu_consumers: bool = False
     secondary_network: bool = False
     label_selector: str = ""
     all_pods: bool = False
@@ -265,6 +269,17 @@ def pod_requests_gpu(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def pod_uses_gpus_unrequested(pod: Mapping[str, Any]) -> bool:
+    """The pod reaches the GPUs through the ``nvidia`` runtimeClass or a ``/dev/nvidia*`` hostPath."""
+    spec = pod.get("spec") or {}
+    if "nvidia" in str(spec.get("runtimeClassName") or ""):
+        return True
+    return any(
+        str((volume.get("hostPath") or {}).get("path") or "").startswith("/dev/nvidia")
+        for volume in spec.get("volumes") or ()
+    )
+
+
 def pod_uses_secondary_network(pod: Mapping[str, Any]) -> bool:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     value = str(annotations.get(MULTUS_NETWORKS_ANNOTATION) or "").strip()
@@ -283,6 +298,8 @@ def _selected_because(pod: Mapping[str, Any], selection: PodSelection) -> str:
         return "all pods"
     if selection.gpu and pod_requests_gpu(pod):
         return "requests GPUs"
+    if selection.gpu_consumers and pod_uses_gpus_unrequested(pod):
+        return "uses the GPUs without requesting them"
     if selection.secondary_network and pod_uses_secondary_network(pod):
         return "uses a secondary network"
     labels = (pod.get("metadata") or {}).get("labels") or {}

@@ -37,6 +37,14 @@ description:
     at once, PodDisruptionBudgets that would refuse pod deletion, and, in C(skip_label) mode, pending
     MachineConfigPool updates. Errors stop the module before any write; warnings are returned and shown.
   - Everything the module decides from is on the cluster, so a run interrupted mid-rollout continues when run again.
+  - "Without the upgrade controller (the effective C(upgradePolicy.autoUpgrade) is false, or the served ClusterPolicy
+    CRD has no C(spec.driver.upgradePolicy)) the module rolls the driver itself with the collection's rollout engine,
+    node by node within C(maxUnavailable) (cordoned and NotReady nodes count) and C(maxParallelUpgrades): cordon,
+    evict the pods that use the GPUs (PodDisruptionBudget refusals retried), delete the driver pod (the DaemonSet is
+    C(OnDelete)), wait for the new one Ready at the target and for the validator, uncordon. With O(scope=canary) only
+    the canary nodes are rolled and O(canary_mode) is not used. Progress is kept in C(gpufleet.io/rollout-gpu-driver-*)
+    annotations on the Nodes, so a re-run resumes; the first failed node halts the rollout, stays cordoned, and the
+    task names it with the command that clears it. C(autoUpgrade) is never written unless O(upgrade_policy) names it."
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -317,6 +325,16 @@ elapsed:
   description: Seconds the module ran.
   returned: always
   type: float
+upgrade_controller:
+  description: False when no upgrade controller moved the driver and the module replaced the driver pods itself.
+  returned: when the module rolled without the upgrade controller
+  type: bool
+rollout:
+  description:
+    - Without the upgrade controller, the rollout engine's result (C(plan), per-node C(timeline) of steps,
+      C(nodes_done), C(nodes_failed), C(nodes_not_started), C(peak_unavailable)).
+  returned: when the module rolled without the upgrade controller
+  type: dict
 api_requests:
   description: API requests the module sent.
   returned: always

@@ -199,6 +199,15 @@ def test_auto_upgrade_off_is_an_error_when_waiting_and_a_warning_otherwise():
     assert "auto_upgrade" in checks(preflight(fleet(2), upgrade_policy=off, wait=False), WARNING)
 
 
+def test_without_the_controller_auto_upgrade_off_is_context_and_the_engine_judges_the_budget():
+    off = {"autoUpgrade": False, "maxParallelUpgrades": 1, "maxUnavailable": 1}
+    nodes = fleet(4, **{"gpu-worker-002": {"cordoned": True}})
+    result = preflight(nodes, upgrade_policy=off, upgrade_controller=False)
+    assert "auto_upgrade" in checks(result, INFO) and "auto_upgrade" not in checks(result, ERROR)
+    # A node the collection's own rollout cordoned (an interrupted run) must not stop the resume.
+    assert "budget" in checks(result, WARNING) and not result.errors
+
+
 def test_failed_nodes_stop_the_rollout_unless_retried():
     nodes = fleet(3, **{"gpu-worker-002": {"state": "upgrade-failed"}})
     assert "failed_nodes" in checks(preflight(nodes), ERROR)
