@@ -41,6 +41,7 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.alerts
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
   - gpufleet.upgrade.wait.sleep
@@ -296,6 +297,10 @@ api_requests:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import (
+    alerts_gate_from_params,
+    alerts_gate_suboptions,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_runner import (
     DriverRolloutOptions,
     run_driver_rollout,
@@ -335,6 +340,7 @@ def argument_spec():
         preflight_only={"type": "bool", "default": False},
     )
     spec.update(wait_argument_spec())
+    spec.update(alerts=alerts_gate_suboptions())
     return spec
 
 
@@ -357,6 +363,7 @@ def rollout_options(module):
         wait_sleep=params["wait_sleep"],
         check_mode=module.check_mode,
         diff=module._diff,
+        alerts=alerts_gate_from_params(params["alerts"]),
     )
 
 
