@@ -613,9 +613,11 @@ class DriverRollout:
                 self.execute([write for write in releases if write is not None and write.name in hold.nodes])
             hold.nodes, hold.since = (), None
             return
+        pending = [name for name in progress.pending if name in views and not views[name].skipped]
+        if not pending and not hold.nodes:
+            return  # every node has started: nothing left to hold
         hold.since = now if hold.since is None else hold.since
         hold.held_for = tuple(sorted({*hold.held_for, *firing}))
-        pending = [name for name in progress.pending if name in views and not views[name].skipped]
         if pending:
             self.execute(halt_writes(node_objects, hold=pending))
             hold.nodes = tuple(sorted({*hold.nodes, *pending}))

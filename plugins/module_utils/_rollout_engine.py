@@ -751,12 +751,13 @@ class KubeRolloutCluster:
         *,
         settings: RolloutSettings,
         pool_selector: str = "",
-        now: Callable[[], datetime.datetime] = utc_now,
+        now: Optional[Callable[[], datetime.datetime]] = None,
     ) -> None:
         self.api = api
         self.settings = settings
         self.pool_selector = pool_selector
-        self.now = now
+        # One clock: the progress annotations (started-at, finished-at) carry the cluster's time.
+        self.now = now or api.cluster_now
         self.warnings: List[str] = []
 
     def pool_nodes(self) -> List[Dict[str, Any]]:

@@ -213,3 +213,78 @@ def test_a_mofed_rollout_holds_before_each_node_while_an_alert_fires(twin, prome
     # Judged on the twin's clock: the second node started after the alert was cleared, not before.
     assert progress[second][MOFED_STARTED] >= cleared_at[:19], (progress[second][MOFED_STARTED], cleared_at)
     assert all(progress[name][MOFED_STATE] == "done" for name in (first, second, third))
+
+
+DRIVER_NEW = "570.124.06"
+DRIVER_STATE = "nvidia.com/gpu-driver-upgrade-state"
+DRIVER_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
+
+
+def _driver_rollout(twin, prometheus: Prometheus, tmp_path: Path, *, alert_wait: int) -> tuple[Any, dict[str, Any]]:
+    out = tmp_path / f"driver-{alert_wait}.json"
+    args = {
+        "driver": {"version": DRIVER_NEW},
+        "upgrade_policy": {"maxParallelUpgrades": 1, "maxUnavailable": 1},
+        "wait_sleep": 0.5,
+        "wait_timeout": 600,
+        "alerts": {
+            "prometheus_url": prometheus.url,
+            "alert_filter": "^GPU",
+            "wait_timeout": alert_wait,
+            "wait_sleep": 1,
+        },
+    }
+    run = run_playbook(
+        "tests/integration/playbooks/gpu_clusterpolicy_upgrade.yml",
+        twin=twin,
+        extra_vars={"gpu_module_args": args, "gpu_result_file": str(out)},
+    )
+    return run, json.loads(out.read_text())
+
+
+def _labels(twin) -> dict[str, dict[str, str]]:
+    nodes = json.loads(kubectl(twin, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"))["items"]
+    return {node["metadata"]["name"]: node["metadata"].get("labels") or {} for node in nodes}
+
+
+def test_a_gpu_driver_rollout_holds_its_nodes_not_started_while_an_alert_fires(twin, prometheus, tmp_path) -> None:
+    """The upgrade controller starts the driver's next node itself: while an alert fires the nodes not started get
+    the skip label; the rollout halts naming the alert and leaves them held; once it clears, the same task finishes."""
+    nodes = sorted(twin.companion["published"]["gpu_worker_nodes"])
+    for name in nodes:  # 2 simulated hours per node (12 s at 600x): time for Prometheus to see the XID
+        kubectl(twin, "annotate", "node", name, "twin.gpufleet.io/driver-load-seconds=7200", "--overwrite")
+    thread, box = _in_background(lambda: _driver_rollout(twin, prometheus, tmp_path, alert_wait=4))
+
+    def started() -> list[str]:
+        return [
+            n
+            for n, labels in _labels(twin).items()
+            if labels.get(DRIVER_STATE) not in (None, "", "upgrade-done", "upgrade-required")
+        ]
+
+    prometheus.wait_for(started, what="the controller to start a node", timeout=120)
+    twin.admin("POST", "faults", {"type": "ecc_errors", "node": NODE, "xid": [48]})
+    try:
+        prometheus.wait_for(lambda: "GPUXidError" in prometheus.firing(), what="the XID alert to fire")
+        thread.join(timeout=300)
+        assert "value" in box, box.get("error")
+        run, halted = box["value"]
+    finally:
+        twin.admin("DELETE", "faults")
+    assert run.returncode != 0, run.output
+    assert "alerts matching '^GPU' are firing: GPUXidError{" in halted["msg"], halted["msg"]
+    held = halted["halt"]["held"]
+    assert held and [alert.split("{")[0] for alert in halted["held_by_alerts"]] == ["GPUXidError"]
+    labels = _labels(twin)
+    # The held nodes never started: still on the old driver's state, with the skip label the controller obeys.
+    assert all(labels[name].get(DRIVER_SKIP) == "true" for name in held), labels
+    assert all(labels[name].get(DRIVER_STATE) in ("", None, "upgrade-required", "upgrade-done") for name in held)
+
+    # The Next: once the alert stops firing, the same task releases the held nodes and finishes.
+    prometheus.wait_for(lambda: "GPUXidError" not in prometheus.firing(), what="the XID alert to clear")
+    run, finished = _driver_rollout(twin, prometheus, tmp_path, alert_wait=60)
+    assert run.returncode == 0, run.output
+    assert finished["held_by_alerts"] == [] and finished["halted"] is False
+    labels = _labels(twin)
+    assert all(labels[name].get(DRIVER_STATE) == "upgrade-done" for name in nodes), labels
+    assert not any(labels[name].get(DRIVER_SKIP) for name in nodes)
