@@ -24,11 +24,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Pattern
 
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import SSLValidationError, open_url
+
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     AlertsFiringError,
     InvalidInputError,
     WaitTimeoutError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import fetch_json_with
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse import UnreadableOutputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
@@ -88,14 +92,19 @@ def hold_while_firing(
     clock: Callable[[], float] = time.monotonic,
     pause: Callable[[float], None] = time.sleep,
     controller: Optional[Any] = None,
+    on_hold: Optional[Callable[[List[FiringAlert]], None]] = None,
 ) -> Dict[str, Any]:
-    """Wait until no alert matching ``alert_filter`` fires; AlertsFiringError naming them after ``timeout``."""
+    """Wait until no alert matching ``alert_filter`` fires; AlertsFiringError naming them after ``timeout``.
+
+    ``on_hold`` is told the firing alerts once, at the first look that finds any (the run is holding)."""
     pattern = compile_filter(alert_filter)
     url = alerts_url(prometheus_url)
     seen: Dict[str, FiringAlert] = {}
 
     def observe() -> List[FiringAlert]:
         firing = firing_alerts(fetch(url), pattern=pattern)
+        if firing and not seen and on_hold is not None:
+            on_hold(firing)
         for alert in firing:
             seen.setdefault(alert.describe(), alert)
         return firing
@@ -126,3 +135,86 @@ def hold_while_firing(
         "held_for": sorted(seen),
         "firing": [],
     }
+
+
+# -- the gate a rollout consults before each node -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AlertsGate:
+    """The alerts gate as a rollout carries it: asked before each node it would start (``hold``)."""
+
+    prometheus_url: str
+    alert_filter: str
+    fetch: Fetch
+    timeout: float = 600.0
+    sleep: float = 10.0
+
+    def __post_init__(self) -> None:
+        compile_filter(self.alert_filter)
+        if not self.prometheus_url:
+            raise InvalidInputError("the alerts gate needs prometheus_url with its alert_filter")
+        if self.timeout < 0 or self.sleep <= 0:
+            raise InvalidInputError("the alerts gate's wait_timeout must be >= 0 and its wait_sleep > 0")
+
+    def firing(self) -> List[FiringAlert]:
+        """One look: the matching alerts firing now (for a run that paces itself while it watches)."""
+        return firing_alerts(self.fetch(alerts_url(self.prometheus_url)), pattern=compile_filter(self.alert_filter))
+
+    def hold(
+        self,
+        what: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        pause: Callable[[float], None] = time.sleep,
+        on_hold: Optional[Callable[[List[FiringAlert]], None]] = None,
+    ) -> Dict[str, Any]:
+        """Hold while a matching alert fires (``hold_while_firing``); AlertsFiringError naming them at the bound."""
+        return hold_while_firing(
+            self.fetch,
+            prometheus_url=self.prometheus_url,
+            alert_filter=self.alert_filter,
+            timeout=self.timeout,
+            sleep=self.sleep,
+            what=what,
+            clock=clock,
+            pause=pause,
+            on_hold=on_hold,
+        )
+
+
+def alerts_gate_suboptions() -> Dict[str, Any]:
+    """The ``alerts`` option of the rollout modules (its documentation is the doc fragment ``alerts``)."""
+    return {
+        "type": "dict",
+        "options": {
+            "prometheus_url": {"type": "str", "required": True},
+            "alert_filter": {"type": "str", "required": True},
+            "validate_certs": {"type": "bool", "default": True},
+            "wait_timeout": {"type": "int", "default": 600},
+            "wait_sleep": {"type": "float", "default": 10.0},
+        },
+    }
+
+
+def prometheus_fetch(*, validate_certs: bool) -> Fetch:
+    """``fetch(url) -> JSON`` over ansible's open_url; its failures are UnreadableOutputError."""
+    return fetch_json_with(
+        open_url,
+        validate_certs=validate_certs,
+        timeout=30,
+        errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
+    )
+
+
+def alerts_gate_from_params(params: Optional[Mapping[str, Any]]) -> Optional[AlertsGate]:
+    """The gate a rollout module's ``alerts`` option asks for (None without it)."""
+    if not params or not params.get("alert_filter"):
+        return None
+    return AlertsGate(
+        prometheus_url=str(params.get("prometheus_url") or ""),
+        alert_filter=str(params["alert_filter"]),
+        fetch=prometheus_fetch(validate_certs=bool(params.get("validate_certs", True))),
+        timeout=float(params.get("wait_timeout", 600)),
+        sleep=float(params.get("wait_sleep", 10.0)),
+    )

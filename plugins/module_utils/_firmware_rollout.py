@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import AlertsGate
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     GpuFleetError,
     InvalidInputError,
@@ -129,6 +130,8 @@ class RolloutOptions:
     # This run undoes an earlier rollout to another target: nodes it left with nothing to undo are released.
     undo: bool = False
     check_mode: bool = False
+    # The alerts gate, asked before each node.
+    alerts: Optional[AlertsGate] = None
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -554,6 +557,7 @@ def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str,
         changing_step=FLASH_STEP,
         undo_other_targets=options.undo,
         at_target_nodes=nothing_to_undo(reports),
+        alerts=options.alerts,
     )
     try:
         rollout = run_rollout(

@@ -25,9 +25,11 @@ The planning functions are pure; the steps do the I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import AlertsGate
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     RolloutHaltedError,
     WaitTimeoutError,
@@ -347,6 +349,8 @@ class ManualRun:
     sleep: float
     undo_other_targets: bool = False
     check_mode: bool = False
+    # The alerts gate the engine asks before each node it starts (a promote's validate_alert_filter).
+    alerts: Optional[AlertsGate] = None
 
 
 def _step_options(run: ManualRun) -> ManualStepOptions:
@@ -409,6 +413,7 @@ def run_manual_rollout(api: KubeApi, run: ManualRun, *, clock: Any, pause: Any, 
         undo_other_targets=run.undo_other_targets,
         at_target=chosen.at_target,
     )
+    settings = dataclasses.replace(settings, alerts=run.alerts)
     if not run.check_mode and chosen.targets:
         wait_for_driver_daemonsets(api, run, clock=clock, pause=pause)
     cluster = KubeRolloutCluster(api, settings=settings, pool_selector=GPU_POOL_SELECTOR, now=now)

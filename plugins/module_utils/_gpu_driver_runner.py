@@ -32,13 +32,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import AlertsGate
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
+    AlertsFiringError,
     GpuFleetError,
     InvalidInputError,
     KubeApiError,
     RolloutHaltedError,
     WaitTimeoutError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse import UnreadableOutputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_manual import (
     ManualRun,
     clear_command,
@@ -75,6 +78,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     name_of,
     node_label_view,
     plan_rollout,
+    release_write,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import (
     BUILTIN_UPGRADE_POLICY_FIELDS,
@@ -158,6 +162,17 @@ class DriverRolloutOptions:
     # Application synced it (gitops_synced), it finds them done or fails naming the fields the cluster lacks.
     gitops_managed: Tuple[str, ...] = ()
     gitops_synced: bool = False
+    # The alerts gate: while a matching alert fires the nodes not started yet get the skip label.
+    alerts: Optional[AlertsGate] = None
+
+
+@dataclass
+class AlertsHold:
+    """The nodes a run holds with the skip label while alerts fire, since when, and every alert that held it."""
+
+    nodes: Tuple[str, ...] = ()
+    since: Optional[float] = None
+    held_for: Tuple[str, ...] = ()
 
 
 @dataclass
@@ -207,6 +222,7 @@ class DriverRollout:
         self.gitops_deferred: List[Dict[str, Any]] = []
         # False when the served ClusterPolicy CRD has no driver.upgradePolicy (an operator before the controller).
         self.served_upgrade_policy = True
+        self.alerts_hold = AlertsHold()
 
     # -- reading -------------------------------------------------------------------------------
     def read_cluster(self) -> ClusterRead:
@@ -457,6 +473,7 @@ class DriverRollout:
             sleep=options.wait_sleep,
             undo_other_targets=options.retry_failed_nodes,
             check_mode=options.check_mode,
+            alerts=options.alerts,
         )
         try:
             engine = run_manual_rollout(
@@ -690,7 +707,9 @@ class DriverRollout:
         def observe() -> Progress:
             views, node_objects = self.observe(cluster, nodes=plan.targets)
             latest["views"], latest["nodes"] = views, node_objects
-            return rollout_progress(views, targets=plan.targets, target_version=target.version)
+            progress = rollout_progress(views, targets=plan.targets, target_version=target.version)
+            self.pace_for_alerts(views, node_objects, progress=progress)
+            return progress
 
         try:
             outcome = wait_until(
@@ -702,6 +721,9 @@ class DriverRollout:
                 clock=self.clock.monotonic,
                 pause=self.clock.pause,
             )
+        except AlertsFiringError as err:
+            self.latest_nodes = latest["nodes"]
+            self.halt_for_alerts(err, plan=plan, target=target, result=result)
         except WaitTimeoutError as err:
             progress: Progress = err.result["last"]
             result["progress"] = progress.as_dict()
@@ -716,7 +738,65 @@ class DriverRollout:
             ) from err
         self.latest_nodes = latest["nodes"]
         result["progress"] = outcome.value.as_dict()
+        if self.options.alerts is not None:
+            result.update(alerts_held_for=list(self.alerts_hold.held_for), held_by_alerts=[])
         return latest["views"], outcome.value
+
+    # -- the alerts gate: the controller starts the nodes, the skip label keeps it from starting more -----------
+    def pace_for_alerts(
+        self, views: Mapping[str, NodeView], node_objects: Sequence[Mapping[str, Any]], *, progress: Progress
+    ) -> None:
+        """While a matching alert fires, the nodes not started get the skip label (the upgrade controller starts
+        none of them); once none fires they lose it. AlertsFiringError after the gate's wait (they stay held)."""
+        gate, hold = self.options.alerts, self.alerts_hold
+        if gate is None:
+            return
+        try:
+            firing = [alert.describe() for alert in gate.firing()]
+        except UnreadableOutputError as err:
+            # Could not check is no pass: hold as if an alert fired, and say why.
+            firing = [f"(Prometheus unreadable: {err.msg})"]
+        now = self.clock.monotonic()
+        if not firing:
+            if hold.nodes:
+                releases = [release_write(node, why="alerts stopped firing") for node in node_objects]
+                self.execute([write for write in releases if write is not None and write.name in hold.nodes])
+            hold.nodes, hold.since = (), None
+            return
+        pending = [name for name in progress.pending if name in views and not views[name].skipped]
+        if not pending and not hold.nodes:
+            return  # every node has started: nothing left to hold
+        hold.since = now if hold.since is None else hold.since
+        hold.held_for = tuple(sorted({*hold.held_for, *firing}))
+        if pending:
+            self.execute(halt_writes(node_objects, hold=pending))
+            hold.nodes = tuple(sorted({*hold.nodes, *pending}))
+            message = f"GPU driver rollout holds {', '.join(pending)} while alerts fire: {', '.join(firing)}"
+            for node in node_objects:
+                if name_of(node) in pending:
+                    record_event(self.api, {"kind": "Node", "apiVersion": "v1", **node}, message=message,
+                                 action="AlertsHold")  # fmt: skip
+        if now - hold.since >= gate.timeout:
+            raise AlertsFiringError(
+                f"halted after {now - hold.since:.0f}s because Prometheus alerts matching {gate.alert_filter!r} are "
+                f"firing: {', '.join(firing)}",
+                result={"firing": firing},
+            )
+
+    def halt_for_alerts(
+        self, err: AlertsFiringError, *, plan: RolloutPlan, target: DriverTarget, result: Dict[str, Any]
+    ) -> None:
+        firing = list(err.result.get("firing") or [])
+        result["timeline"] = build_timeline(
+            nodes=plan.targets, events=self.collected_events(), observed=self.tracker.observed
+        )
+        result.update(halted=True, held_by_alerts=firing, alerts_held_for=list(self.alerts_hold.held_for))
+        result["halt"] = {"failed": [], "held": list(self.alerts_hold.nodes), "in_progress": []}
+        message = (
+            f"GPU driver rollout to {target.version} {err.msg}; {len(self.alerts_hold.nodes)} node(s) not yet "
+            "started stay held with nvidia.com/gpu-driver-upgrade.skip=true (the same task run again releases them)"
+        )
+        raise RolloutHaltedError(message, node="", result=self._finish(result)) from err
 
     def wait_for_pool(
         self, cluster: ClusterRead, *, driver_name: str, nodes: Tuple[str, ...], member: bool, result: Dict[str, Any]

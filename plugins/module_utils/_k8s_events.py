@@ -44,9 +44,15 @@ def build_event(
     action: str = "Upgrade",
     now: Optional[datetime.datetime] = None,
 ) -> Dict[str, Any]:
-    """A core/v1 Event about ``involved`` (any object with kind, apiVersion and metadata)."""
+    """A core/v1 Event about ``involved`` (any object with kind, apiVersion and metadata).
+
+    Its times are ``now`` (the cluster's clock, see ``record_event``): ``firstTimestamp`` and ``lastTimestamp``
+    as metav1.Time (seconds), ``eventTime`` as MicroTime, the way the events.k8s.io recorders write core/v1
+    Events (an Event with eventTime needs reportingComponent, reportingInstance and action, which it has).
+    """
     meta = involved.get("metadata") or {}
-    moment = iso(now or utc_now())
+    moment_at = now or utc_now()
+    moment = iso(moment_at)
     # Cluster-scoped objects (Nodes, ClusterPolicies) get their Events in
     # "default", where kubectl describe looks for them.
     namespace = meta.get("namespace") or "default"
@@ -68,6 +74,7 @@ def build_event(
         "type": event_type,
         "action": action,
         "count": 1,
+        "eventTime": iso(moment_at, micro=True),
         "firstTimestamp": moment,
         "lastTimestamp": moment,
         "source": {"component": REPORTING_COMPONENT},
@@ -86,7 +93,9 @@ def record_event(
     action: str = "Upgrade",
     now: Optional[datetime.datetime] = None,
 ) -> Dict[str, Any]:
-    event = build_event(involved, message=message, reason=reason, event_type=event_type, action=action, now=now)
+    """Post an Event about ``involved``, stamped with the cluster's clock (the API server's Date) unless ``now``."""
+    moment = now if now is not None else api.cluster_now()
+    event = build_event(involved, message=message, reason=reason, event_type=event_type, action=action, now=moment)
     return api.create(EVENTS, event, namespace=event["metadata"]["namespace"])
 
 
@@ -182,7 +191,7 @@ def record_stage_events(
     ]
     if not check_mode:
         # The cluster's clock, as every timestamp the collection writes.
-        now = api.server_time()
+        now = api.cluster_now()
         for obj in involved:
             record_event(api, obj, message=message, action=STAGE_EVENTS[milestone], now=now)
     return {"changed": bool(events), "events": events, "milestone": milestone}

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import AlertsGate
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     GpuFleetError,
     InvalidInputError,
@@ -129,6 +130,8 @@ class OfedRolloutOptions:
     # Undo a rollout to another version: nodes it stopped before reload-mofed are released, not run.
     rollback: bool = False
     check_mode: bool = False
+    # The alerts gate, asked before each node (rolling mode).
+    alerts: Optional[AlertsGate] = None
 
     def __post_init__(self) -> None:
         if not self.target_version:
@@ -156,6 +159,7 @@ class OfedRolloutOptions:
             budget_wait_sleep=self.wait_sleep,
             changing_step=RELOAD_STEP,
             undo_other_targets=self.rollback,
+            alerts=self.alerts,
         )
 
     @property

@@ -200,6 +200,8 @@ def _stage_next(entry: Mapping[str, Any]) -> str:
         return str(entry["next"])  # the stage said what works from here (a refused rollback's way forward)
     if outcome == "refused":
         return "Fix what the refusal names, then run the stage again."
+    if outcome == "failed" and entry.get("held_by_alerts") and stage in ("bake", "promote"):
+        return _next_after_alerts(entry)
     if outcome == "failed" and stage in ("canary", "promote") and entry.get("forward_only"):
         # A change that cannot be undone (OpenShift's control plane has moved): the way back to a cluster that
         # agrees with the matrix is forward, by resuming the stage once its cause is fixed.
@@ -253,6 +255,24 @@ def _stage_next(entry: Mapping[str, Any]) -> str:
             "at), fix what they name, then run stage=rollback again."
         )
     return "Nothing to do."
+
+
+def _next_after_alerts(entry: Mapping[str, Any]) -> str:
+    """A bake check or a promotion the alerts gate halted: no verdict on the nodes; wait for the alerts, or undo."""
+    stage = entry.get("stage")
+    firing = "Prometheus alerts " + ", ".join(str(alert) for alert in entry["held_by_alerts"]) + " kept firing"
+    if stage == "bake":
+        return (
+            f"{firing}, so the bake check did not run (no verdict on the canary). Once they stop firing run "
+            "stage=bake again; or run stage=rollback to return the canary node to production."
+        )
+    if entry.get("cluster_changed") is False:
+        return f"{firing} before the promotion started; nothing was changed. Run stage=promote again once they stop."
+    return (
+        f"{firing}, so the promotion stopped before its next node (the nodes it did not reach run what they ran "
+        "before; the matrix was not changed). Once they stop firing run stage=promote again: it resumes where it "
+        "stopped. Or run stage=rollback to return every node to current_production."
+    )
 
 
 def _hours_after(moment: Any, hours: Any) -> str:

@@ -43,13 +43,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import AlertsGate, FiringAlert
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
+    AlertsFiringError,
     GpuFleetError,
     InvalidInputError,
     KubeApiError,
     RolloutHaltedError,
     WaitTimeoutError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse import UnreadableOutputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
@@ -355,6 +358,8 @@ class RolloutSettings:
     # With undo_other_targets: nodes the caller read to run this target already (their component never changed,
     # whatever step an earlier run stopped them at); they are released like those stopped before changing_step.
     at_target_nodes: Tuple[str, ...] = ()
+    # The alerts gate, asked before each node the rollout would start (None: no gate).
+    alerts: Optional[AlertsGate] = None
 
     @property
     def keys(self) -> ProgressKeys:
@@ -746,12 +751,13 @@ class KubeRolloutCluster:
         *,
         settings: RolloutSettings,
         pool_selector: str = "",
-        now: Callable[[], datetime.datetime] = utc_now,
+        now: Optional[Callable[[], datetime.datetime]] = None,
     ) -> None:
         self.api = api
         self.settings = settings
         self.pool_selector = pool_selector
-        self.now = now
+        # One clock: the progress annotations (started-at, finished-at) carry the cluster's time.
+        self.now = now or api.cluster_now
         self.warnings: List[str] = []
 
     def pool_nodes(self) -> List[Dict[str, Any]]:
@@ -783,6 +789,13 @@ class KubeRolloutCluster:
     def release_node(self, name: str) -> None:
         node = get_node(self.api, name)
         self._apply(name, release_write(node, settings=self.settings))
+
+    def hold_node(self, name: str, message: str) -> None:
+        """A Normal Event on a node the rollout holds before (kubectl describe says why it waits)."""
+        try:
+            record_event(self.api, get_node(self.api, name), message=message, action="AlertsHold")
+        except KubeApiError as err:
+            self.warnings.append(f"Could not record an Event on node {name}: {err.msg}")
 
     def _apply(self, name: str, write: NodeWrite, *, resource_version: Optional[str] = None) -> None:
         node = patch_node(
@@ -969,6 +982,7 @@ def execute_rollout(
 
     # Released nodes only become available again: no budget to ask, before anything starts.
     runs: List[NodeRun] = [worker.release(name) for name in plan.released]
+    alerts: Dict[str, List[str]] = {"held_for": [], "firing": []}
     halt_reason = ""
     peak_unavailable = 0
     last_decision = plan.first_decision
@@ -979,6 +993,11 @@ def execute_rollout(
         # budget once), so the rounds are bounded by the number of nodes.
         for _round in range(2 * len(plan.order) + 8):
             if not scheduler.halted and scheduler.pending:
+                halt_reason = _hold_for_alerts(
+                    scheduler, observe, settings=settings, alerts=alerts, clock=clock, pause=pause, cluster=cluster
+                )
+                if halt_reason:
+                    break
                 last_decision = scheduler.decide(observe())
                 peak_unavailable = max(peak_unavailable, last_decision.unavailable_after)
                 for name in last_decision.start:
@@ -1019,6 +1038,8 @@ def execute_rollout(
         elapsed=clock() - started,
         warnings=list(getattr(cluster, "warnings", [])),
     )
+    if settings.alerts is not None:
+        result.update(alerts_held_for=alerts["held_for"], held_by_alerts=alerts["firing"])
     if halt_reason:
         raise RolloutHaltedError(
             f"Rollout {settings.name} halted: {halt_reason}",
@@ -1026,6 +1047,48 @@ def execute_rollout(
             result=result,
         )
     return result
+
+
+def _hold_for_alerts(
+    scheduler: ContinuousScheduler,
+    observe: Callable[[], Dict[str, PoolNode]],
+    *,
+    settings: RolloutSettings,
+    alerts: Dict[str, List[str]],
+    clock: Callable[[], float],
+    pause: Callable[[float], None],
+    cluster: RolloutCluster,
+) -> str:
+    """Before the scheduler starts a node: hold while the alerts gate's alerts fire; the halt reason if they do
+    not stop within its bound (nothing more starts; nodes under way finish). Records what held it in ``alerts``."""
+    if settings.alerts is None:
+        return ""
+    starting = scheduler.peek(observe()).start
+    if not starting:
+        return ""
+    what = f"before node {', '.join(starting)} of rollout {settings.name}"
+    hold_node = getattr(cluster, "hold_node", None)
+
+    def on_hold(firing: Sequence[FiringAlert]) -> None:
+        # kubectl describe node says why the rollout waits before it.
+        if hold_node is not None:
+            message = f"Rollout {settings.name} holds {what} while alerts fire: " + ", ".join(
+                alert.describe() for alert in firing
+            )
+            for name in starting:
+                hold_node(name, message)
+
+    try:
+        held = settings.alerts.hold(what, clock=clock, pause=pause, on_hold=on_hold)
+    except AlertsFiringError as err:
+        alerts["firing"] = list(err.result.get("firing") or [])
+        alerts["held_for"] = sorted({*alerts["held_for"], *alerts["firing"]})
+        return err.msg
+    except UnreadableOutputError as err:
+        # Could not check is no pass: nothing more starts, and the halt says why.
+        return f"the alerts gate could not read Prometheus before node {', '.join(starting)}: {err.msg}"
+    alerts["held_for"] = sorted({*alerts["held_for"], *held["held_for"]})
+    return ""
 
 
 def _wait_for_budget(

@@ -95,11 +95,8 @@ elapsed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import SSLValidationError, open_url
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import hold_while_firing
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import fetch_json_with
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import hold_while_firing, prometheus_fetch
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 
@@ -121,12 +118,7 @@ def argument_spec():
 
 def hold(module):
     params = module.params
-    fetch = fetch_json_with(
-        open_url,
-        validate_certs=params["prometheus_validate_certs"],
-        timeout=30,
-        errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
-    )
+    fetch = prometheus_fetch(validate_certs=params["prometheus_validate_certs"])
     result = hold_while_firing(
         fetch,
         prometheus_url=params["prometheus_url"],

@@ -49,6 +49,7 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.alerts
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
   - gpufleet.upgrade.wait.sleep
@@ -343,6 +344,10 @@ api_requests:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import (
+    alerts_gate_from_params,
+    alerts_gate_suboptions,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_runner import (
     DriverRolloutOptions,
     run_driver_rollout,
@@ -384,6 +389,7 @@ def argument_spec():
         gitops_synced={"type": "bool", "default": False},
     )
     spec.update(wait_argument_spec())
+    spec.update(alerts=alerts_gate_suboptions())
     return spec
 
 
@@ -408,6 +414,7 @@ def rollout_options(module):
         diff=module._diff,
         gitops_managed=tuple(params["gitops_managed"]),
         gitops_synced=params["gitops_synced"],
+        alerts=alerts_gate_from_params(params["alerts"]),
     )
 
 

@@ -31,6 +31,7 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.alerts
   - gpufleet.upgrade.redfish
   - gpufleet.upgrade.firmware_components
   - gpufleet.upgrade.wait.sleep
@@ -268,6 +269,10 @@ elapsed:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import (
+    alerts_gate_from_params,
+    alerts_gate_suboptions,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import component_specs
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_rollout import (
@@ -330,6 +335,7 @@ def argument_spec():
         node_ready_timeout={"type": "int", "default": 1800},
         preflight_only={"type": "bool", "default": False},
         undo={"type": "bool", "default": False},
+        alerts=alerts_gate_suboptions(),
     )
     return spec
 
@@ -387,6 +393,7 @@ def rollout_options(module):
         preflight_only=params["preflight_only"],
         undo=params["undo"],
         check_mode=module.check_mode,
+        alerts=alerts_gate_from_params(params["alerts"]),
     )
 
 

@@ -39,6 +39,7 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.alerts
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
   - gpufleet.upgrade.wait.sleep
@@ -291,6 +292,10 @@ patches:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import (
+    alerts_gate_from_params,
+    alerts_gate_suboptions,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
@@ -336,6 +341,7 @@ def argument_spec():
         budget_timeout={"type": "int", "default": 600},
         rollout_name={"type": "str", "default": "ofed"},
         rollback={"type": "bool", "default": False},
+        alerts=alerts_gate_suboptions(),
     )
     spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=5.0))
     return spec
@@ -374,6 +380,7 @@ def rollout_options(module):
         rollout_name=params["rollout_name"],
         rollback=params["rollback"],
         check_mode=module.check_mode,
+        alerts=alerts_gate_from_params(params["alerts"]),
     )
 
 

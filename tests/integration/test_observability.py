@@ -159,8 +159,17 @@ def test_bake_check_is_held_by_a_firing_alert_then_passes_once_it_clears(twin, p
     events = gpufleet_events(twin)
     assert not [e for e in events if e["action"].startswith("BakeCheck")], "a held check is no verdict"
     assert value(pushed_group(pushgateway, "bake")["gpufleet_upgrade_stage_success"]) == 0
+    # The bake report (Markdown and HTML) names the alerts and says what works next: this very stage again.
+    reports = workspace / "reports"
+    markdown = sorted(reports.glob(f"upgrade-{CLUSTER}-bake-*.md"))[-1].read_text()
+    page = sorted(reports.glob(f"upgrade-{CLUSTER}-bake-*.html"))[-1].read_text()
+    next_line = next(line for line in markdown.splitlines() if line.startswith("| Next |"))
+    assert "Prometheus alerts GPUXidError{" in next_line and "run stage=bake again" in next_line, next_line
+    assert f"Hostname={FAULTY}" in markdown and "GPUXidError{" in page
+    assert "Prometheus alerts GPUXidError{" in page and "run stage=bake again" in page
 
     prometheus.wait_for(lambda: "GPUXidError" not in prometheus.firing(), what="the XID alert to clear")
+    # The report's Next, run.
     passed = flow(twin, workspace, prometheus, pushgateway, "bake", upgrade_alert_wait_timeout=30)
     assert passed.returncode == 0, passed.output
     events = gpufleet_events(twin)

@@ -60,7 +60,10 @@ def test_event_for_a_node_lands_in_default_namespace():
     assert event["metadata"]["name"].startswith("gpu-worker-1.")
     assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-worker-1", "uid": "u-1"}
     assert event["reason"] == EVENT_REASON
-    assert event["firstTimestamp"] == "2026-11-22T06:00:00Z"
+    assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-11-22T06:00:00Z"
+    # MicroTime, as the events.k8s.io recorders write eventTime; the fields an Event with eventTime needs.
+    assert event["eventTime"] == "2026-11-22T06:00:00.000000Z"
+    assert event["reportingComponent"] and event["reportingInstance"] and event["action"]
     assert event["source"]["component"] == "gpufleet.upgrade"
 
 

@@ -189,6 +189,18 @@ def test_next_of_a_failure_is_a_stage_that_works_from_where_it_stopped() -> None
     assert "run stage=rollback again" in next_step({"stage": "rollback", "outcome": "failed"})
 
 
+def test_next_after_alerts_held_a_stage_names_them_and_reruns_the_stage() -> None:
+    held = ["GPUXidError{Hostname=gpu-worker-003, gpu=0}"]
+    bake = next_step({"stage": "bake", "outcome": "failed", "held_by_alerts": held})
+    assert bake.startswith("Prometheus alerts GPUXidError{Hostname=gpu-worker-003, gpu=0} kept firing")
+    assert "run stage=bake again" in bake and "no verdict on the canary" in bake
+    before = next_step({"stage": "promote", "outcome": "failed", "held_by_alerts": held, "cluster_changed": False})
+    assert "nothing was changed" in before and "stage=promote again" in before
+    between = next_step({"stage": "promote", "outcome": "failed", "held_by_alerts": held, "cluster_changed": True})
+    assert "stopped before its next node" in between and "resumes where it stopped" in between
+    assert "stage=rollback" in between
+
+
 def test_pre_steps_left_in_place_are_named_with_the_command_that_restores_them() -> None:
     restore = "ansible-playbook playbooks/upgrade.yml -e stage=rollback"
     entry = canary_entry(

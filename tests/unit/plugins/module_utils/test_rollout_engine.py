@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import AlertsGate
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     GpuFleetError,
     InvalidInputError,
@@ -774,3 +775,62 @@ def test_changing_step_must_be_one_of_the_steps():
             steps=StepLog().steps(),
             pool_nodes=[make_node("a")],
         )
+
+
+# -- the alerts gate before each node -----------------------------------------------------------------------------
+
+
+def alerts_answer(*names: str) -> dict:
+    alerts = [{"labels": {"alertname": name, "node": "x"}, "state": "firing"} for name in names]
+    return {"status": "success", "data": {"alerts": alerts}}
+
+
+class AlertsAfterFirstNode:
+    """Prometheus whose GPUXidError fires once the first node is done, for ``clears_after`` looks (None: never)."""
+
+    def __init__(self, cluster: MemoryCluster, *, clears_after: int | None) -> None:
+        self.cluster, self.clears_after, self.looks_while_firing = cluster, clears_after, 0
+        self.started_while_firing: list[str] = []
+
+    def __call__(self, url: str) -> dict:
+        assert url == "http://prometheus:9090/api/v1/alerts"
+        done = [name for name in self.cluster.nodes if self.cluster.state(name).state == "done"]
+        if not done or (self.clears_after is not None and self.looks_while_firing >= self.clears_after):
+            return alerts_answer("UnrelatedAlert")
+        self.looks_while_firing += 1
+        return alerts_answer("GPUXidError", "UnrelatedAlert")
+
+
+def gated_run(clears_after: int | None):
+    nodes = [make_node("a"), make_node("b"), make_node("c")]
+    config = settings(max_unavailable=1, max_parallel=1)
+    cluster = MemoryCluster(nodes, settings=config)
+    prometheus = AlertsAfterFirstNode(cluster, clears_after=clears_after)
+    gate = AlertsGate(
+        prometheus_url="http://prometheus:9090", alert_filter="^GPU", fetch=prometheus, timeout=60, sleep=10
+    )
+    cluster.settings = dataclasses.replace(config, alerts=gate)
+    fake = FakeTime()
+    log = StepLog()
+    return cluster, log, fake
+
+
+def test_the_alerts_gate_holds_before_the_next_node_and_the_rollout_goes_on_once_they_clear():
+    cluster, log, fake = gated_run(clears_after=3)
+    result = run(cluster, ["a", "b", "c"], log.steps(), clock=fake.monotonic, pause=fake.sleep)
+    assert result["nodes_done"] == ["a", "b", "c"]
+    assert fake.now == 30  # held three looks (10 s apart) before b; nothing held a or c
+    assert result["alerts_held_for"] == ["GPUXidError{node=x}"] and result["held_by_alerts"] == []
+
+
+def test_the_alerts_gate_halts_before_the_next_node_naming_the_alerts_and_starts_nothing_more():
+    cluster, log, fake = gated_run(clears_after=None)
+    with pytest.raises(RolloutHaltedError) as caught:
+        run(cluster, ["a", "b", "c"], log.steps(), clock=fake.monotonic, pause=fake.sleep)
+    assert "alerts matching '^GPU' are firing: GPUXidError{node=x}" in caught.value.msg
+    assert "before node b of rollout" in caught.value.msg
+    result = caught.value.result
+    assert result["nodes_done"] == ["a"] and result["nodes_not_started"] == ["b", "c"]
+    assert result["held_by_alerts"] == ["GPUXidError{node=x}"]
+    assert log.nodes_that_ran("reload") == ["a"]
+    assert not any(name in ("b", "c") for name, _write in cluster.writes), "the halt changes nothing further"
