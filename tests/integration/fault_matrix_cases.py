@@ -1,7 +1,11 @@
 """The fault matrix's cases (issue 16), shared by tests/integration/test_fault_matrix_*.py (one file per component
 group, so xdist's loadfile can spread them) and bench/soak.py: each group's setting (its matrix, its role's inputs),
-one twin per group (``Groups``), one case per fault kind, and what a case runs and checks (``run_fault``). The
-invariants themselves are tests/integration/fault_matrix.py's.
+one twin per group (``Groups``), one case per fault kind, and what a case runs and checks (``run_fault``).
+
+Each case is one real ``playbooks/upgrade.yml -e stage=...`` run against the twin with one fault injected through
+its admin URL, then the invariants of tests/integration/fault_matrix.py (outcome, budget, explained marks, recovery
+by the printed Next, matrix and cluster agree). The cases of a group share one twin: each ends back at
+``current_production`` with no mark of ours left, which is itself the proof that the tool recovered.
 """
 
 from __future__ import annotations

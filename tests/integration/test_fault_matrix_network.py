@@ -1,11 +1,7 @@
 """The fault matrix's Network Operator cases (issue 16): 409 conflicts, a MOFED that does not build, a halted
 MOFED promote.
 
-One real ``playbooks/upgrade.yml -e stage=...`` run per case against the twin with one fault injected through
-its admin URL, then the invariants of tests/integration/fault_matrix.py (outcome, budget, explained marks,
-recovery by the printed Next, matrix and cluster agree). The cases, their settings and the twins they share are
-tests/integration/fault_matrix_cases.py's: the cases of a group share one twin, and each ends back at
-``current_production`` with no mark of ours left, which is itself the proof that the tool recovered.
+What a case runs and checks: tests/integration/fault_matrix_cases.py.
 """
 
 from __future__ import annotations
