@@ -1,7 +1,7 @@
 """The fault matrix (issue 16): one real ``playbooks/upgrade.yml -e stage=...`` run with one injected fault, then
 the invariants every run must keep, read from the twin's recorder and the cluster.
 
-The invariants are plain functions applied to every case (tests/integration/test_fault_matrix.py runs one case
+The invariants are plain functions applied to every case (tests/integration/test_fault_matrix_*.py run one case
 per fault kind in ``make test``; bench/soak.py runs the larger matrix for ``make soak``):
 
 1. ``assert_outcome``: the stage succeeded, or it halted naming the node, the step and the cause (in its
