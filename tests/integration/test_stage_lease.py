@@ -367,9 +367,10 @@ def test_a_role_wait_longer_than_the_lease_is_not_taken_over_by_a_second_run(twi
     twin = twin_at(600)
     # One second of real time: lapsed many times over by the time the second run asks, were it not renewed. The
     # keeper renews it every third of that on the twin's clock (a third of a second of ours), so it lapses only if
-    # the keeper is kept from running for two thirds of a second; a 60 s Lease (a tenth of a second of ours) lapsed
-    # whenever the loaded machine stalled the keeper for 70 ms, and once the keeper slept a whole second between
-    # renewals whatever the clock's rate (the second run then took the Lease over and exited 0).
+    # the keeper is kept from running for two thirds of a second. The 60 s Lease this test had (a tenth of a second
+    # of ours) lapsed between renewals while the keeper slept a whole second whatever the clock's rate (the second
+    # run then took it over and exited 0); now the keeper would renew it every 33 ms, and a loaded machine that
+    # stalls the keeper for 70 ms would let it lapse.
     duration = 600
     variables = {
         "stage": "canary",
