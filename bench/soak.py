@@ -5,7 +5,7 @@ runs against a twin of its own (6 nodes) with one fault injected through the adm
 into the canary, promote and rollback run a clean canary first (promote after the 48 h bake on the twin's clock)
 and inject it into their own stage. The harness and invariants are tests/integration/fault_matrix.py's (outcome,
 budget, explained marks, the printed Next back to current_production, matrix and cluster agree), the fault kinds
-those of tests/integration/test_fault_matrix.py: the API ones (5xx burst, 429 burst, 409 conflicts), a PDB that
+those of tests/integration/fault_matrix_cases.py: the API ones (5xx burst, 429 burst, 409 conflicts), a PDB that
 never allows, a node already cordoned and a SIGKILL of the process group mid-stage apply to every group; a driver
 or MOFED build failing, a BMC job failing or a BMC unreachable, a node never Ready to the group they belong to.
 At a case's own group and stage the run expects exactly what the CI case expects; elsewhere the stage may succeed
@@ -68,7 +68,7 @@ from tests.integration.fault_matrix import (  # noqa: E402
     run_case_at,
     write_matrix,
 )
-from tests.integration.test_fault_matrix import CASES, GROUPS, sigkill_then_rerun  # noqa: E402
+from tests.integration.fault_matrix_cases import CASES, GROUPS, sigkill_then_rerun  # noqa: E402
 
 STAGES = ("canary", "promote", "rollback")
 SIGKILL = "sigkill-then-rerun"
@@ -77,7 +77,7 @@ PDB = "pdb-never-allows"
 EVERY_GROUP = ("api-5xx-burst", "429-burst", "409-conflicts", PDB, "node-already-cordoned", SIGKILL)
 LEASE_DURATION = 600
 KILL_AFTER = 15  # real seconds after the killed promote or rollback took the Lease
-# What a broken invariant means when another branch is already fixing it (tests/integration/test_fault_matrix.py's
+# What a broken invariant means when another branch is already fixing it (tests/integration/fault_matrix_cases.py's
 # KNOWN_BUGS): (group, fault kind or None for any, exception type, the bug, how its message starts). Empty: the
 # bugs the first soak named (the operator CSV left after a rollback, the Next of a halted firmware, driver and
 # OpenShift canary, the rollback after a halted or refused promote) are fixed but the driver-build one; anything
@@ -414,7 +414,7 @@ def write_doc(rows: list[dict[str, Any]], path: pathlib.Path, *, command: str, e
         "violations (the twin's recorder); no cordon, label or annotation of ours without a ledger record saying "
         "why; the report's Next, the fault cleared, brings the cluster back to `current_production` (audit.yml: "
         'no drift); after success or rollback the matrix and the cluster agree. "known (X)" marks an invariant '
-        "broken by a bug another branch is fixing (tests/integration/test_fault_matrix.py's KNOWN_BUGS), "
+        "broken by a bug another branch is fixing (tests/integration/fault_matrix_cases.py's KNOWN_BUGS), "
         '"NEW" one nobody named yet, "ERROR" a run the harness itself could not finish.',
         "",
         "## The matrix",

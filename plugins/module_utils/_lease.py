@@ -57,6 +57,8 @@ RENEW_FRACTION = 3.0
 # renewal by our own keeper or a release racing a take settles in one more round; a Lease that changes under us
 # every time is refused.
 WRITE_ATTEMPTS = 4
+# The shortest sleep of the Lease's keeper (real seconds), however fast the server's clock runs.
+KEEPER_MIN_PAUSE = 0.01
 
 
 @dataclass(frozen=True)
@@ -504,7 +506,7 @@ def keep_renewed(
         # Read the server's clock when a renewal may be due by the estimate (always until its rate is known).
         if estimate.rate is not None and not renewal_due(
             last_renew=last_renew,
-            now=estimate.now(wall) + datetime.timedelta(seconds=poll * estimate.rate),
+            now=estimate.now(wall) + datetime.timedelta(seconds=KEEPER_MIN_PAUSE * estimate.rate),
             duration_seconds=duration,
         ):
             return False
@@ -514,9 +516,24 @@ def keep_renewed(
             last_renew = estimate.server
         return False
 
+    deadline = clock() + keep_for
+
+    def pause_until_due(_shortest: float) -> None:
+        # ``poll``, or less when the next renewal (a third of the duration after the last, on the server's clock)
+        # comes sooner: on a server clock faster than ours (a simulated cluster's) a sleep of ``poll`` let the Lease
+        # lapse between two renewals (a 60 s Lease on a clock 600 times as fast lasts 0.1 s of ours).
+        now = clock()
+        # Until the server clock's rate is known (read twice), the second read comes at once.
+        seconds = poll if estimate.rate is not None else KEEPER_MIN_PAUSE
+        if estimate.rate:
+            due = last_renew + datetime.timedelta(seconds=duration / RENEW_FRACTION)
+            seconds = min(poll, max((due - estimate.now(now)).total_seconds() / estimate.rate, KEEPER_MIN_PAUSE))
+        pause(max(min(seconds, deadline - now), 0.0))
+
     try:
-        wait_until(renew_when_due, bool, timeout=keep_for, sleep=poll, what="renewing the stage Lease",
-                   clock=clock, pause=pause)  # fmt: skip
+        # ``sleep`` is only the shortest pause, which bounds the number of polls; pause_until_due decides each one.
+        wait_until(renew_when_due, bool, timeout=keep_for, sleep=KEEPER_MIN_PAUSE, what="renewing the stage Lease",
+                   clock=clock, pause=pause_until_due)  # fmt: skip
     except LeaseHeldError:
         return "the Lease is no longer this run's (released or taken)"
     except RunCancelledError:

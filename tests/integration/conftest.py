@@ -165,3 +165,11 @@ def shared_twin(tmp_path_factory):
     twin = start_twin(nodes=6, profile="openshift", time_scale=600, workdir=tmp_path_factory.mktemp("twin"))
     yield twin
     assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def groups(tmp_path_factory):
+    """The fault matrix's twins, one per component group, shared by the cases of one test_fault_matrix_*.py file."""
+    from .fault_matrix_cases import group_pool  # imported here: it imports this module
+
+    yield from group_pool(tmp_path_factory)

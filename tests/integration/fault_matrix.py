@@ -1,7 +1,7 @@
 """The fault matrix (issue 16): one real ``playbooks/upgrade.yml -e stage=...`` run with one injected fault, then
 the invariants every run must keep, read from the twin's recorder and the cluster.
 
-The invariants are plain functions applied to every case (tests/integration/test_fault_matrix.py runs one case
+The invariants are plain functions applied to every case (tests/integration/test_fault_matrix_*.py run one case
 per fault kind in ``make test``; bench/soak.py runs the larger matrix for ``make soak``):
 
 1. ``assert_outcome``: the stage succeeded, or it halted naming the node, the step and the cause (in its
@@ -75,8 +75,9 @@ class Group:
     # Credentials instead of the twin's kubeconfig (K8S_AUTH_HOST, K8S_AUTH_API_KEY...: an account's token).
     environment: dict[str, str] | None = None
 
-    def run(self, stage: str, **extra: Any) -> PlaybookRun:
-        variables = {
+    def variables(self, stage: str, **extra: Any) -> dict[str, Any]:
+        """The extra vars of a run of ``stage``: the group's matrix, reports, budget and inputs."""
+        return {
             "stage": stage,
             "upgrade_matrix_file": str(self.workspace / "matrix.yaml"),
             "upgrade_report_dir": str(self.workspace / "reports"),
@@ -84,9 +85,16 @@ class Group:
             "upgrade_max_unavailable": self.budget,
             "validate_wait_sleep": 0.5,
             "gpu_operator_wait_sleep": 1,
+            # A role's task retried through a burst of 429/5xx waits 0-1 s between tries, not the 2-5 s default:
+            # the faults are injected bursts, and the retries' count, not their pacing, is what a case proves.
+            "gpufleet_retry_delay_min": 0,
+            "gpufleet_retry_delay_max": 1,
             **self.inputs,
             **extra,
         }
+
+    def run(self, stage: str, **extra: Any) -> PlaybookRun:
+        variables = self.variables(stage, **extra)
         return run_playbook(
             "playbooks/upgrade.yml",
             twin=None if self.environment else self.twin,
@@ -377,16 +385,7 @@ def start_stage(group: Group, stage: str, **extra: Any) -> subprocess.Popen[byte
 
     from .conftest import VENV_BIN
 
-    variables = {
-        "stage": stage,
-        "upgrade_matrix_file": str(group.workspace / "matrix.yaml"),
-        "upgrade_report_dir": str(group.workspace / "reports"),
-        "upgrade_wait_timeout": 900,
-        "upgrade_max_unavailable": group.budget,
-        "gpu_operator_wait_sleep": 1,
-        **group.inputs,
-        **extra,
-    }
+    variables = group.variables(stage, **extra)
     env = group.twin.env()
     env.update(
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),

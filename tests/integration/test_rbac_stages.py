@@ -1,7 +1,7 @@
 """Least privilege, sufficient (issue 24): every stage of upgrade.yml for every component group, run with the
 ServiceAccount bound to exactly the shipped rbac/ roles, goes as it goes with the administrator's token.
 
-One twin per group (the settings of the fault matrix, tests/integration/test_fault_matrix.py); its stages are
+One twin per group (the settings of the fault matrix, tests/integration/fault_matrix_cases.py); its stages are
 chained on it: canary, bake (the window elapsed on the twin's clock), rollback of the canary, canary again, promote
 (OpenShift refuses a rollback, a downgrade, as with the administrator's token: canary, bake, rollback, promote).
 After each, the twin's recorder shows no request refused (403): the preflight passed and nothing it did not
@@ -20,7 +20,7 @@ from gpufleet_twin.process import start_twin
 
 from .conftest import kubectl
 from .fault_matrix import Group, assert_outcome, get_json, write_matrix
-from .test_fault_matrix import GROUPS
+from .fault_matrix_cases import GROUPS
 from .test_rbac import account_env, apply_shipped_roles, token_of
 
 pytestmark = pytest.mark.slow

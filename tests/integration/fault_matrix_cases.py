@@ -1,8 +1,10 @@
-"""The fault matrix in ``make test`` (issue 16): one case per fault kind, every component group at least once.
+"""The fault matrix's cases (issue 16), shared by tests/integration/test_fault_matrix_*.py (one file per component
+group, so xdist's loadfile can spread them) and bench/soak.py: each group's setting (its matrix, its role's inputs),
+one twin per group (``Groups``), one case per fault kind, and what a case runs and checks (``run_fault``).
 
 Each case is one real ``playbooks/upgrade.yml -e stage=...`` run against the twin with one fault injected through
-its admin URL, then the invariants of tests/integration/fault_matrix.py (outcome, budget, explained marks,
-recovery by the printed Next, matrix and cluster agree). The cases of a group share one twin: each ends back at
+its admin URL, then the invariants of tests/integration/fault_matrix.py (outcome, budget, explained marks, recovery
+by the printed Next, matrix and cluster agree). The cases of a group share one twin: each ends back at
 ``current_production`` with no mark of ours left, which is itself the proof that the tool recovered.
 """
 
@@ -29,21 +31,13 @@ from .fault_matrix import (
     assert_outcome,
     assert_within_budget,
     clear_faults,
-    cluster_ledger,
-    halt_as_recorded,
     kill_group_mid_stage,
-    last_report,
     lease_holder,
     marks,
-    printed_next,
-    recover,
     run_case,
-    run_case_at,
     write_matrix,
 )
 from .test_firmware_idrac_flash import NEW_CX7, OLD_CX7, bmc_ca, write_image
-
-pytestmark = pytest.mark.slow
 
 CANARY = "gpu-worker-001"  # the example matrix's canary_node
 KERNEL = "5.14.0-427.40.1.el9_4.x86_64"  # current_production's kernel, the twin's
@@ -137,8 +131,8 @@ class Groups:
             self.stop(name)
 
 
-@pytest.fixture(scope="module")
-def groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Groups]:
+def group_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Groups]:
+    """The ``groups`` fixture of tests/integration/conftest.py: one pool per test module, its twins stopped after."""
     pool = Groups(tmp_path_factory)
     yield pool
     pool.stop_all()
@@ -291,13 +285,13 @@ KNOWN_BUGS: dict[str, dict[str, Any]] = {
     "driver-build-fails": {
         "reason": (
             "issue 16 item 4, what is left: after a canary halted by a driver that does not build, the report's Next "
-            "(stage=rollback), the fault cleared, puts the old driver back; its gates wait for the node's GPUs and "
-            "validator and are an infrastructure failure now, never 'the node itself is faulty', but the upgrade "
-            "controller uncordons the rolled-back canary first and workloads (ml-training/llm-train-01, 2 x 4 GPUs) "
-            "take all 8 GPUs, so the smoke gates never find one free and the rollback fails with no Next that can "
-            "validate the node (the gates would have to run before the node is uncordoned; a try that held the "
-            "canary cordoned with the controller's node-initial-state annotation made GPU rollbacks outlive the "
-            "soak's 900 s run limit and was taken back, see docs/reliability.md)"
+            "(stage=rollback), the fault cleared, puts the old driver back, but the upgrade controller takes the "
+            "failed canary back to service without validating it (k8s-operator-libs ProcessUpgradeFailedNodes: "
+            "upgrade-failed to uncordon-required) and workloads (ml-training/llm-train-01, 2 x 4 GPUs) take all 8 "
+            "GPUs, so the smoke gates never find one free. Holding the canary cordoned with the controller's "
+            "node-initial-state annotation stalls the rollback instead: the held canary keeps the budget's one slot "
+            "while the controller must still take the other nodes, left upgrade-required by the canary stage, "
+            "through a cycle each (docs/reliability.md)"
         ),
         "raises": NextFailed,
     },
@@ -313,11 +307,13 @@ def known_bug(name: str) -> list[pytest.MarkDecorator]:
 BROWSER_CHECKS = {"409-conflicts": "canary-mofed", "bmc-job-fails": "canary-firmware-halted"}
 
 
-@pytest.mark.parametrize(
-    ("group_name", "case"),
-    [pytest.param(g, c, id=f"{g}-{c.name}", marks=known_bug(c.name)) for g, c in CASES],
-)
-def test_fault(groups: Groups, group_name: str, case: Case) -> None:
+def cases_of(*names: str) -> list[Any]:
+    """``test_fault``'s parameters for the cases of the groups ``names``, their ids as before the split."""
+    return [pytest.param(g, c, id=f"{g}-{c.name}", marks=known_bug(c.name)) for g, c in CASES if g in names]
+
+
+def run_fault(groups: Groups, group_name: str, case: Case) -> None:
+    """One case on its group's twin, its invariants, and a look at its report in a browser for BROWSER_CHECKS."""
     with groups.case(group_name) as group:
         run_case(group, case)
         if case.name in BROWSER_CHECKS:
@@ -325,11 +321,6 @@ def test_fault(groups: Groups, group_name: str, case: Case) -> None:
             entry = [e for e in ledger if e["stage"] == case.stage][-1]
             assert entry["nodes"], entry
             assert_entry_report_renders(group.workspace / "reports", entry, name=BROWSER_CHECKS[case.name])
-
-
-def test_sigkill_of_the_process_group_mid_stage_then_rerun(groups: Groups) -> None:
-    with groups.case("gpu_operator") as group:
-        sigkill_then_rerun(group)
 
 
 def sigkill_then_rerun(group: Group) -> None:
@@ -355,94 +346,3 @@ def sigkill_then_rerun(group: Group) -> None:
 
 def case_named(name: str) -> tuple[str, Case]:
     return next((group, case) for group, case in CASES if case.name == name)
-
-
-@pytest.mark.xfail(
-    strict=False,
-    raises=NextFailed,
-    reason="issue 16, found by the session-8 merge: the rollback after the halted promote waits for free GPUs on "
-    "gpu-worker-001 and its gate is never scheduled (Insufficient nvidia.com/gpu): an infrastructure failure",
-)
-def test_a_refused_promote_says_so_and_its_next_promotes_a_halted_promote_rolls_back_to_production(
-    groups: Groups,
-) -> None:
-    """A GPU Operator promote refused by clusterpolicy_upgrade's own budget check changed nothing and says so; its
-    Next (stage=promote) is accepted and drives the promotion, which this time halts at a driver that does not build
-    (the matrix not rewritten); that halt's Next, stage=rollback, returns the moved nodes to current_production
-    (not the matrix's rollback entry): audit finds no drift, nothing is left cordoned (issue 16, soak bugs 1 and 3)."""
-    with groups.case("gpu_operator") as group:
-        twin = group.twin
-        baseline = marks(twin)
-        assert_outcome(group, "canary", group.run("canary"), None)
-        twin.advance(49 * 3600)  # the bake window, on the twin's clock
-        twin.admin("POST", "report/reset")
-        twin.admin("POST", "faults", {"type": "cordon", "node": "gpu-worker-002"})  # the whole budget, by hand
-        refused = group.run("promote")
-        entry = assert_outcome(group, "promote", refused, Halt("", "preflight", "maxUnavailable"))
-        assert entry["cluster_changed"] is False, entry
-        assert "Nothing on the cluster was changed" in last_report(group.workspace, "promote")
-        assert printed_next(group.workspace, "promote") == {"stage": "promote"}
-        assert "stage=rollback" not in next(
-            line for line in last_report(group.workspace, "promote").splitlines() if line.startswith("| Next |")
-        )
-        assert_within_budget(twin, group.budget)
-
-        # The cordon lifted, the printed Next: the ledger lets it run, and it moves nodes (then halts on a driver
-        # that does not build on the fleet's kernel, the cluster changed).
-        clear_faults(twin)
-        group_name, driver_fault = case_named("driver-build-fails")
-        assert group_name == "gpu_operator"
-        driver_fault.inject(twin)
-        before, matrix = marks(twin), (group.workspace / "matrix.yaml").read_text()
-        halted = group.run("promote", **driver_fault.extra)
-        entry = assert_outcome(group, "promote", halted, halt_as_recorded(twin))
-        assert entry["cluster_changed"] is True, entry
-        assert "halted at node" in entry["message"] and "no kernel-devel package" in entry["message"], entry
-        assert_marks_explained(twin, before)
-        assert_within_budget(twin, group.budget)
-        assert (group.workspace / "matrix.yaml").read_text() == matrix, "a halted promotion rewrote the matrix"
-
-        # Its Next, the fault cleared: back to current_production, no drift, nothing left cordoned or labelled.
-        recover(group, "promote", clear_faults, baseline)
-        rollback = cluster_ledger(twin)[-1]
-        assert (rollback["stage"], rollback["rollback_target"]) == ("rollback", "current_production"), rollback
-        assert "rollback entry" not in rollback["message"] and "revert the promotion" not in rollback["message"]
-        assert_within_budget(twin, group.budget)
-
-
-def test_a_halted_mofed_promote_rolls_back_mofed_and_leaves_no_node_cordoned(groups: Groups) -> None:
-    """After a Network Operator promote halted at a node whose MOFED does not build, its Next (stage=rollback), the
-    fault cleared, rolls back the Network Operator group (not the GPU Operator), within the budget, and leaves no
-    node cordoned; audit finds no drift (issue 16, soak bug 2)."""
-    group_name, case = case_named("mofed-build-fails")
-    with groups.case(group_name) as group:
-        run_case_at(group, case, "promote", exact=False)
-        rollback = cluster_ledger(group.twin)[-1]
-        assert (rollback["stage"], rollback["outcome"], rollback["group"]) == (
-            "rollback",
-            "success",
-            "network_operator",
-        )
-        assert rollback["rollback_target"] == "current_production", rollback
-        assert not [node for node, keys in marks(group.twin).items() if "cordoned" in keys]
-
-
-def test_an_openshift_canary_that_passed_is_refused_a_rollback_whose_next_goes_forward(groups: Groups) -> None:
-    """OpenShift cannot be downgraded: after a canary that passed, stage=rollback is refused before any change, and
-    its report's Next is the stage that works from there (bake, then promote), not stage=rollback again."""
-    with groups.case("openshift_forward") as group:
-        twin = group.twin
-        assert_outcome(group, "canary", group.run("canary"), None)
-        twin.admin("POST", "report/reset")
-        refused = group.run("rollback")
-        assert refused.returncode != 0, refused.output[-3000:]
-        assert "Stage rollback: refused" in refused.output, refused.output[-3000:]
-        assert "does not support downgrading" in refused.output and "Nothing was changed" in refused.output
-        served = twin.report()["requests"]["by_verb_resource"]
-        assert not [key for key in served if key.split(" ")[0] in ("create", "update", "patch", "delete")
-                    and not key.endswith("leases.coordination.k8s.io")], served  # fmt: skip
-        found = printed_next(group.workspace, "rollback")
-        assert found == {"stage": "bake"}, found
-        line = next(line for line in last_report(group.workspace, "rollback").splitlines() if line.startswith("| Next"))
-        assert "stage=promote" in line and "stage=rollback" not in line, line
-        assert_outcome(group, "bake", group.run("bake"), None)

@@ -1,0 +1,98 @@
+"""The fault matrix's GPU Operator cases (issue 16): API bursts, a driver that does not build, a cordoned canary,
+SIGKILL mid-stage, a refused then halted promote.
+
+What a case runs and checks: tests/integration/fault_matrix_cases.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .fault_matrix import (
+    Halt,
+    NextFailed,
+    assert_marks_explained,
+    assert_outcome,
+    assert_within_budget,
+    clear_faults,
+    cluster_ledger,
+    halt_as_recorded,
+    last_report,
+    marks,
+    printed_next,
+    recover,
+)
+from .fault_matrix_cases import (
+    Case,
+    Groups,
+    case_named,
+    cases_of,
+    run_fault,
+    sigkill_then_rerun,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(("group_name", "case"), cases_of("gpu_operator"))
+def test_fault(groups: Groups, group_name: str, case: Case) -> None:
+    run_fault(groups, group_name, case)
+
+
+def test_sigkill_of_the_process_group_mid_stage_then_rerun(groups: Groups) -> None:
+    with groups.case("gpu_operator") as group:
+        sigkill_then_rerun(group)
+
+
+@pytest.mark.xfail(
+    strict=False,
+    raises=NextFailed,
+    reason="issue 16, found by the session-8 merge: the rollback after the halted promote waits for free GPUs on "
+    "gpu-worker-001 and its gate is never scheduled (Insufficient nvidia.com/gpu): an infrastructure failure, the "
+    "cause of driver-build-fails' (fault_matrix_cases.KNOWN_BUGS)",
+)
+def test_a_refused_promote_says_so_and_its_next_promotes_a_halted_promote_rolls_back_to_production(
+    groups: Groups,
+) -> None:
+    """A GPU Operator promote refused by clusterpolicy_upgrade's own budget check changed nothing and says so; its
+    Next (stage=promote) is accepted and drives the promotion, which this time halts at a driver that does not build
+    (the matrix not rewritten); that halt's Next, stage=rollback, returns the moved nodes to current_production
+    (not the matrix's rollback entry): audit finds no drift, nothing is left cordoned (issue 16, soak bugs 1 and 3)."""
+    with groups.case("gpu_operator") as group:
+        twin = group.twin
+        baseline = marks(twin)
+        assert_outcome(group, "canary", group.run("canary"), None)
+        twin.advance(49 * 3600)  # the bake window, on the twin's clock
+        twin.admin("POST", "report/reset")
+        twin.admin("POST", "faults", {"type": "cordon", "node": "gpu-worker-002"})  # the whole budget, by hand
+        refused = group.run("promote")
+        entry = assert_outcome(group, "promote", refused, Halt("", "preflight", "maxUnavailable"))
+        assert entry["cluster_changed"] is False, entry
+        assert "Nothing on the cluster was changed" in last_report(group.workspace, "promote")
+        assert printed_next(group.workspace, "promote") == {"stage": "promote"}
+        assert "stage=rollback" not in next(
+            line for line in last_report(group.workspace, "promote").splitlines() if line.startswith("| Next |")
+        )
+        assert_within_budget(twin, group.budget)
+
+        # The cordon lifted, the printed Next: the ledger lets it run, and it moves nodes (then halts on a driver
+        # that does not build on the fleet's kernel, the cluster changed).
+        clear_faults(twin)
+        group_name, driver_fault = case_named("driver-build-fails")
+        assert group_name == "gpu_operator"
+        driver_fault.inject(twin)
+        before, matrix = marks(twin), (group.workspace / "matrix.yaml").read_text()
+        halted = group.run("promote", **driver_fault.extra)
+        entry = assert_outcome(group, "promote", halted, halt_as_recorded(twin))
+        assert entry["cluster_changed"] is True, entry
+        assert "halted at node" in entry["message"] and "no kernel-devel package" in entry["message"], entry
+        assert_marks_explained(twin, before)
+        assert_within_budget(twin, group.budget)
+        assert (group.workspace / "matrix.yaml").read_text() == matrix, "a halted promotion rewrote the matrix"
+
+        # Its Next, the fault cleared: back to current_production, no drift, nothing left cordoned or labelled.
+        recover(group, "promote", clear_faults, baseline)
+        rollback = cluster_ledger(twin)[-1]
+        assert (rollback["stage"], rollback["rollback_target"]) == ("rollback", "current_production"), rollback
+        assert "rollback entry" not in rollback["message"] and "revert the promotion" not in rollback["message"]
+        assert_within_budget(twin, group.budget)
