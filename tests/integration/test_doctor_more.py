@@ -348,5 +348,5 @@ def test_diagnose_then_restart_unpause_and_clear_four_passes(more_stuck_twin, tm
     )
     run, result = diagnose(twin, tmp_path)
     left = {(f["node"], f["cause"]) for f in result["findings"]}
-    assert not {n for n, _ in left} & {"gpu-worker-001", "gpu-worker-004", "gpu-worker-005"}, left
+    assert not {node for node, _cause in left} & {"gpu-worker-001", "gpu-worker-004", "gpu-worker-005"}, left
     assert ("gpu-worker-006", "mcp_paused") in left and ("gpu-worker-007", "mcp_degraded") in left
