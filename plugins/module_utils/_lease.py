@@ -361,14 +361,33 @@ class StageLease:
         )
 
     def release(self, *, check_mode: bool = False) -> bool:
-        """Give the lease up if this run holds it (holder emptied, as client-go releases); True when changed."""
-        previous = self.read()
-        if previous is None or previous.holder != self.settings.holder:
-            return False
-        if check_mode:
+        """Give the lease up if this run holds it (holder emptied, as client-go releases); True when changed.
+
+        The run's keeper may renew the Lease between this read and this write (a 409 on the guarded write): read
+        again and release what is still this run's, a bounded number of times."""
+        conflict: Optional[KubeApiError] = None
+        for _attempt in range(WRITE_ATTEMPTS):
+            previous = self.read()
+            if previous is None or previous.holder != self.settings.holder:
+                return False
+            if check_mode:
+                return True
+            try:
+                self._api.replace(self._ref, self._released_body(previous))
+            except KubeApiError as err:
+                if err.status != 409:
+                    raise
+                conflict = err
+                continue
             return True
+        raise LeaseHeldError(
+            f"Could not release the stage Lease {self.settings.namespace}/{self.settings.name}: it changed between "
+            f"every read and write ({WRITE_ATTEMPTS} attempts, 409 Conflict each time; last: {conflict})"
+        )
+
+    def _released_body(self, previous: LeaseRecord) -> Dict[str, Any]:
         now = self._api.server_time()
-        body = {
+        return {
             "apiVersion": LEASE_API_VERSION,
             "kind": "Lease",
             "metadata": {
@@ -384,8 +403,6 @@ class StageLease:
                 "leaseTransitions": previous.transitions,
             },
         }
-        self._api.replace(self._ref, body)
-        return True
 
     def describe(self) -> Dict[str, Any]:
         return self._describe(self.read())

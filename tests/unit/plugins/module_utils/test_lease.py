@@ -312,3 +312,29 @@ def test_keep_renewed_stops_after_its_time():
     lease.acquire()
     time = SimulatedTime(api, scale=1.0)
     assert keep_renewed(lease, keep_for=500, clock=time.clock, pause=time.pause) == "kept for 500s"
+
+
+def test_a_release_racing_the_keepers_renewal_reads_again_and_releases():
+    """The run's keeper renews between the release's read and its write (409 Conflict): the release reads the Lease
+    again, finds it still this run's, and empties its holder; a Lease another run took meanwhile is left alone."""
+
+    def keeper_renews(api):
+        api.stored = {**api.stored, "metadata": {"resourceVersion": "8"}}
+
+    api = RacingApi(held_by(ME), conflicts=2, meanwhile=keeper_renews)
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    assert lease.release() is True
+    assert api.refused == 2 and api.writes == 1 and api.stored["spec"]["holderIdentity"] == ""
+
+    def another_run_takes_it(api):
+        api.stored = held_by(OTHER)
+
+    api = RacingApi(held_by(ME), conflicts=1, meanwhile=another_run_takes_it)
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    assert lease.release() is False
+    assert api.writes == 0 and api.stored["spec"]["holderIdentity"] == OTHER
+
+    api = RacingApi(held_by(ME), conflicts=10)
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    with pytest.raises(LeaseHeldError, match="Could not release the stage Lease ns/l"):
+        lease.release()
