@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 
-.PHONY: demo test env lock lock-core216 sanity lint compat unit twin integration molecule bench soak clean
+.PHONY: demo test test-long env lock lock-core216 sanity lint compat unit twin integration molecule bench soak clean
 
 $(STAMP): requirements/requirements.txt requirements/constraints.txt requirements/core216.txt \
 		requirements/constraints-core216.txt twin/pyproject.toml
@@ -25,6 +25,11 @@ test: $(STAMP)
 
 sanity lint compat unit twin integration molecule: $(STAMP)
 	scripts/test $@
+
+## test-long: the tests marked long (scenarios of several stage runs, minutes each: the fault matrix, GitOps,
+## OLM reinstall...), which make test leaves out to stay within its time (README, "Tests").
+test-long: $(STAMP)
+	scripts/test long
 
 ## bench: the benchmarks at their smaller sizes (docs/benchmarks.md has the larger runs).
 bench: $(STAMP)

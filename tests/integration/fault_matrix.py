@@ -2,7 +2,8 @@
 the invariants every run must keep, read from the twin's recorder and the cluster.
 
 The invariants are plain functions applied to every case (tests/integration/test_fault_matrix_*.py run one case
-per fault kind in ``make test``; bench/soak.py runs the larger matrix for ``make soak``):
+per fault kind: the SR-IOV case in ``make test``, the others, marked ``long``, in ``make test-long``; bench/soak.py
+runs the larger matrix for ``make soak``):
 
 1. ``assert_outcome``: the stage succeeded, or it halted naming the node, the step and the cause (in its
    report and its ledger entry).

@@ -31,7 +31,7 @@ from .fault_matrix_cases import (
     sigkill_then_rerun,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 @pytest.mark.parametrize(("group_name", "case"), cases_of("gpu_operator"))

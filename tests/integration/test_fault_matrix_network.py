@@ -21,7 +21,7 @@ from .fault_matrix_cases import (
     run_fault,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 @pytest.mark.parametrize(("group_name", "case"), cases_of("network_operator"))

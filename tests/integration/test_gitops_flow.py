@@ -23,7 +23,7 @@ from gpufleet_twin.process import start_twin
 from .conftest import ROOT, PlaybookRun, kubectl, run_playbook
 from .test_upgrade_flow import drivers, file_ledger, git
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 EXAMPLE = ROOT / "examples" / "gpu-version-matrix.yaml"
 CANARY = "gpu-worker-001"

@@ -32,7 +32,7 @@ from .fault_matrix import (
     write_matrix,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 NAMESPACE = "nvidia-gpu-operator"
 PACKAGE = "gpu-operator-certified"

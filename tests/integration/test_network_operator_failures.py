@@ -177,6 +177,7 @@ def test_a_canary_failing_after_the_sriov_pre_steps_puts_them_back(fresh_twin, w
     assert audit_drift(workspace) == []
 
 
+@pytest.mark.long
 def test_what_a_failed_canary_could_not_put_back_is_named_and_rollback_fails_until_it_is_back(
     fresh_twin, workspace, tmp_path
 ):

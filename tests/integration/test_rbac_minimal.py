@@ -98,7 +98,7 @@ def runs() -> Iterator[PermissionRequest]:
     yield PermissionRequest(playbook="rehearse", namespaces=NAMESPACES)
     yield PermissionRequest(playbook="diagnose", namespaces=NAMESPACES)
     yield PermissionRequest(playbook="diagnose", features=("doctor_remediate",), namespaces=NAMESPACES)
-    optional = ("nvidiadriver", "rollback_on_bake_failure", "network_operator_helm")
+    optional = ("nvidiadriver", "rollback_on_bake_failure", "network_operator_helm", "gitops")
     for stage, group, count in itertools.product(table.STAGES, table.GROUPS, range(len(optional) + 1)):
         for features in itertools.combinations(optional, count):
             yield PermissionRequest(
