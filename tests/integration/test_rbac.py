@@ -132,13 +132,6 @@ def _restore(twin, original: dict) -> None:
     assert replaced.returncode == 0, replaced.stderr
 
 
-@pytest.mark.xfail(
-    strict=False,
-    raises=AssertionError,
-    reason="issue 24, seen failing in the session-9 merge run and not yet diagnosed (most likely its last step: "
-    "re-applying the shipped roles as gpufleet-rbac, which was refused patching the Namespace before patch "
-    "namespaces was added to gpufleet-rbac, and was not run again after that change)",
-)
 def test_audit_with_the_read_only_account_succeeds_and_its_writes_are_refused(fresh_twin, workspace):
     twin = fresh_twin
     apply_shipped_roles(twin)
