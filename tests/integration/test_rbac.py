@@ -243,6 +243,7 @@ def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspac
     assert not (workspace / "rehearsal" / "snapshot").exists()
 
 
+@pytest.mark.long
 def test_gpu_operator_canary_refused_without_one_rule_then_succeeds_with_the_shipped_role(fresh_twin, workspace):
     twin = fresh_twin
     apply_shipped_roles(twin)
@@ -418,6 +419,7 @@ LATER_STAGE_RULES = [
 ]
 
 
+@pytest.mark.long
 def test_each_later_stage_one_rule_short_is_refused_naming_it_and_writes_nothing(fresh_twin, workspace):
     """After a canary with the shipped roles, each later stage with one of its rules taken out is refused by the
     preflight naming exactly that rule and its ClusterRole, and the cluster (nodes, ledger, Lease) is untouched."""

@@ -23,7 +23,7 @@ from .fault_matrix import Group, assert_outcome, get_json, write_matrix
 from .fault_matrix_cases import GROUPS
 from .test_rbac import account_env, apply_shipped_roles, token_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 CANARY = "gpu-worker-001"
 GPU_NAMESPACE = "nvidia-gpu-operator"
