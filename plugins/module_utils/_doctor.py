@@ -137,6 +137,10 @@ CAUSES: Dict[str, Tuple[str, str]] = {
         "the operator validator on the node does not become Ready",
         "fix what the validator's log says; the doctor may restart a failing validator pod once",
     ),
+    "validation_running": (
+        "the operator validator on the node is not Ready yet, and nothing says it failed: validation is running",
+        "wait: the controller moves the node on once the validator is Ready (upgrade-failed after 600 s)",
+    ),
     "validator_missing": (
         "no validator pod runs on the node, so validation never starts its timeout",
         "check the validator DaemonSet's node selector and the node's nvidia.com/gpu.deploy.operator-validator label",
@@ -963,7 +967,18 @@ def _check_validator(stuck: _StuckNode) -> bool:
         if state == "validation-required" and not validators:
             _set(finding, "validator_missing", f"no {VALIDATOR_APP} pod on {name}", {})
             return True
-        failing = [pod for pod in validators if not _pod_ready(pod)]
+        not_ready = [pod for pod in validators if not _pod_ready(pod)]
+        failing = [pod for pod in not_ready if _validator_failure(view, pod)]
+        if not_ready and not failing:
+            # Not Ready yet, with nothing that says it failed: the validation is still running (upstream gives it
+            # 600 s before upgrade-failed). Restarting it would only start it over.
+            _set(
+                finding,
+                "validation_running",
+                f"validator {pod_key(not_ready[0])} is not Ready yet: no restart, no failing log line",
+                {"validator_pod": pod_key(not_ready[0])},
+            )
+            return True
         if failing:
             pod = failing[0]
             meta = pod.get("metadata") or {}
@@ -986,6 +1001,15 @@ def _check_validator(stuck: _StuckNode) -> bool:
             _set(finding, "unknown", "validators are Ready: the controller moves it at its next reconcile", {})
             return True
     return False
+
+
+def _validator_failure(view: ClusterView, pod: Mapping[str, Any]) -> bool:
+    """A validator pod shows it failed: a container restarted, waits in a crash or error state, or its log has a
+    failing line."""
+    meta = pod.get("metadata") or {}
+    restarts, reason, _message = _container_problem(pod)
+    log = view.logs.get((str(meta.get("namespace")), str(meta.get("name"))), "")
+    return restarts > 0 or reason in ("CrashLoopBackOff", "Error") or bool(failing_log_line(log))
 
 
 def _check_failed_or_restart(stuck: _StuckNode) -> bool:

@@ -241,14 +241,6 @@ def findings(result: dict[str, Any], component: str) -> dict[str, dict[str, Any]
     return {item["node"]: item for item in result["findings"] if item["component"] == component}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    raises=AssertionError,
-    reason="issue 18, found by the session-9 merge run (fails the same way on its own branch, so not a merge "
-    "conflict): the check-mode remediation offers restart_validator on the custom pool's nodes gpu-worker-005 to 007 "
-    "and not unpause_pool on gpu-worker-005; the diagnosis of those nodes depends on how far the twin's validator "
-    "got while the test slows its clock, which differs on an idle machine (cause not yet found)",
-)
 def test_diagnose_then_restart_unpause_and_clear_four_passes(more_stuck_twin, tmp_path):
     twin = more_stuck_twin
     twin.admin("POST", "report/reset")

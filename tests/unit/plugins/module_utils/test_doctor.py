@@ -240,6 +240,21 @@ def test_validator_failing_line_and_restart_offer():
     assert finding["remediation"]["action"] == "restart_validator"
 
 
+def test_a_validator_not_ready_yet_without_a_failure_is_running_and_never_restarted():
+    validator = pod(
+        "nvidia-operator-validator-x", "a", namespace="nvidia-gpu-operator", labels={"app": "nvidia-operator-validator"}
+    )
+    validator["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    current = view([node("a", "validation-required", cordoned=True)], pods=[driver("a"), validator])
+    current.logs[("nvidia-gpu-operator", "nvidia-operator-validator-x")] = "waiting for the driver to be ready\n"
+    result = diagnose(current)
+    assert (result["findings"][0]["cause"], result["findings"][0]["remediation"]) == ("validation_running", None)
+    assert result["remediations"] == []
+    # One restart is a failure: then it is failing, and restarting it is offered.
+    validator["status"]["initContainerStatuses"] = [{"name": "driver-validation", "ready": False, "restartCount": 1}]
+    assert diagnose(current)["findings"][0]["cause"] == "validator_failing"
+
+
 def test_validator_missing():
     current = view([node("a", "validation-required", cordoned=True)], pods=[driver("a")])
     assert diagnose(current)["findings"][0]["cause"] == "validator_missing"
