@@ -134,6 +134,9 @@ def test_node_patch_errors_are_retried_and_a_run_that_changed_nothing_is_not_ref
     assert [e["outcome"] for e in cluster_ledger(twin)] == ["failed", "success"]
 
 
+# Long: three stage runs; in the session-10 CI run its rollback ran past the 600 s a playbook run is given (689 s
+# in all), though alone, idle or beside three busy loops, that rollback takes 75-95 s (cause not found).
+@pytest.mark.long
 def test_gates_that_cannot_run_are_an_infrastructure_failure_and_job_errors_are_retried(twin_factory, workspace):
     # Without seeded workloads: the gates and the operands are what is looked at here, and a loaded machine
     # lets many simulated hours pass between the stages (PodDisruptionBudgets then get in the way).
