@@ -129,11 +129,26 @@ def run_playbook(
         command.append("--diff")
     if verbosity:
         command.append("-" + "v" * verbosity)
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False)
-    run = PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
     # Every playbook run of the suite: neither the twin's token nor a password it was given shows anywhere.
     secrets = [*secrets_in(extra_vars or {}), *secrets_in(environment or {})]
     secrets += twin_secrets(twin) if twin is not None else []
+    try:
+        completed = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as timed_out:
+        # What it printed up to then names the task it was stuck in (the output comes as bytes here).
+        printed = [
+            part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+            for part in (timed_out.stdout, timed_out.stderr)
+        ]
+        killed = PlaybookRun(-9, printed[0], printed[1])
+        assert_no_secret(killed, secrets, files=written_files(extra_vars or {}))
+        raise AssertionError(
+            f"ansible-playbook {playbook} ran past {timeout} s and was killed; its output up to then:\n"
+            f"{killed.output[-6000:]}"
+        ) from None
+    run = PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
     assert_no_secret(run, secrets, files=written_files(extra_vars or {}))
     return run
 
