@@ -38,6 +38,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget i
     node_name,
     node_ready_status,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
+    STATE_FAILED,
+    STATE_IN_PROGRESS,
+    NodeProgress,
+    ProgressKeys,
+    read_progress,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
 
 GPU = "gpu"
@@ -61,6 +68,11 @@ MCO_REASON = "machineconfiguration.openshift.io/reason"
 MCO_CURRENT = "machineconfiguration.openshift.io/currentConfig"
 MCO_DESIRED = "machineconfiguration.openshift.io/desiredConfig"
 AT_REST = ("", "upgrade-done")
+# This collection's own rollouts (_rollout_engine: the MOFED reload by hand, NIC firmware, the GPU driver without a
+# controller) record each node's progress in gpufleet.io/rollout-<name>-state and its sibling annotations.
+_ROLLOUT_STATE_KEY = re.compile(r"^gpufleet\.io/rollout-([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)-state$")
+# The engine's steps that evict pods (a PodDisruptionBudget can hold them).
+_EVICTING_STEPS = ("evict-pods", "drain")
 # Beyond upgrade-required the node needs its pods looked at (_doctor_read reads them for these nodes only).
 STATES_NEEDING_PODS = (
     "wait-for-jobs-required",
@@ -164,6 +176,12 @@ CAUSES: Dict[str, Tuple[str, str]] = {
     "rollout_interrupted": (
         "a run of this collection stopped before its end (its Lease expired)",
         "run the same stage again: it resumes from the ledger and the cluster",
+    ),
+    "rollout_step_failed": (
+        "a rollout of this collection stopped the node at a failed step (the node stays cordoned, later runs halt "
+        "on it)",
+        "fix what the step's message names, then take the stage's Next: the same stage again resumes the node from "
+        "that step, stage=rollback undoes it",
     ),
     "upgrade_failed": (
         "the upgrade controller marked the node upgrade-failed; no cause is visible any more",
@@ -550,6 +568,7 @@ def diagnose(view: ClusterView, *, options: DoctorOptions = DoctorOptions()) -> 
         findings += _ofed_findings(view, ofed_nodes, ofed_pods, options=options)
     findings += _mcp_findings(view)
     interrupted = _interrupted_rollout(view)
+    findings += _rollout_findings(view, interrupted=interrupted is not None)
     if interrupted:
         cluster.append(interrupted)
         _offer_clear_holds(findings, interrupted)
@@ -1293,6 +1312,68 @@ def _interrupted_rollout(view: ClusterView) -> Optional[Dict[str, Any]]:
     }
 
 
+def rollouts_left(node: Mapping[str, Any]) -> List[Tuple[str, NodeProgress]]:
+    """(rollout name, progress) of each rollout of this collection that left the node failed or in progress."""
+    found = []
+    for key in sorted(_annotations(node)):
+        match = _ROLLOUT_STATE_KEY.match(key)
+        if match:
+            progress = read_progress(node, ProgressKeys(match.group(1)))
+            if progress.state in (STATE_FAILED, STATE_IN_PROGRESS):
+                found.append((match.group(1), progress))
+    return found
+
+
+def _rollout_findings(view: ClusterView, *, interrupted: bool) -> List[Finding]:
+    """Nodes one of this collection's rollouts (_rollout_engine) stopped at a failed step, and, once the run holding
+    the stage Lease is gone (``interrupted``), the nodes it left in progress. A node in progress under a live Lease
+    is moving, not stuck."""
+    findings: List[Finding] = []
+    for node in view.nodes:
+        name = node_name(node)
+        for rollout, progress in rollouts_left(node):
+            if progress.state == STATE_IN_PROGRESS and not interrupted:
+                continue
+            finding = Finding(
+                node=name,
+                component=f"{rollout}-rollout",
+                state=f"{progress.state} at {progress.step or 'its start'}",
+                cause="unknown",
+                detail="",
+                since=parse_time(progress.finished_at or progress.started_at),
+            )
+            evidence = {
+                "rollout": rollout,
+                "step": progress.step,
+                "target": progress.target,
+                "message": progress.message,
+                "cordoned_before": progress.initially_unschedulable,
+            }
+            blocked = (
+                blocking_pdbs(
+                    _pods_that_must_leave(
+                        view.pods_by_node.get(name, []), state="drain-required", policy={}, component=rollout
+                    ),
+                    view.pdbs,
+                )
+                if progress.step in _EVICTING_STEPS
+                else []
+            )
+            if progress.state == STATE_IN_PROGRESS:
+                _set(finding, "rollout_interrupted", f"{rollout} rollout stopped at {progress.step}", evidence)
+            elif blocked:
+                _set(finding, "pdb_blocks_eviction", _blocked_detail(blocked), {**evidence, "blocked": blocked})
+            else:
+                _set(
+                    finding,
+                    "rollout_step_failed",
+                    f"{rollout} rollout failed at {progress.step}: {progress.message or 'no message recorded'}",
+                    evidence,
+                )
+            findings.append(finding)
+    return findings
+
+
 def _offer_clear_holds(findings: Sequence[Finding], interrupted: Mapping[str, Any]) -> None:
     """A hold this collection set (skip label with its hold annotation) is stale once the run that set it stopped
     without releasing its stage Lease and the Lease has expired: ``clear_hold`` may release it."""
@@ -1328,11 +1409,14 @@ def summary_lines(result: Mapping[str, Any]) -> List[str]:
 
 
 def nodes_needing_pods(nodes: Iterable[Mapping[str, Any]]) -> List[str]:
-    """Nodes whose pods the diagnosis reads: those past upgrade-required in either driver's state machine."""
+    """Nodes whose pods the diagnosis reads: those past upgrade-required in either driver's state machine, and those
+    a rollout of this collection left at a step that evicts pods (a PDB may hold them)."""
     return sorted(
         node_name(node)
         for node in nodes
-        if node_state(node, GPU) in STATES_NEEDING_PODS or node_state(node, OFED) in STATES_NEEDING_PODS
+        if node_state(node, GPU) in STATES_NEEDING_PODS
+        or node_state(node, OFED) in STATES_NEEDING_PODS
+        or any(progress.step in _EVICTING_STEPS for _rollout, progress in rollouts_left(node))
     )
 
 

@@ -562,6 +562,11 @@ STEPS["doctor_diagnose"] = (
     "pods and log tails of the stuck nodes)",
     _doctor_reads(DOCTOR_ROLE, DOCTOR_OPERATOR_ROLE, DOCTOR_NODE_EVENTS_ROLE, DOCTOR_LEDGER_ROLE),
 )
+STEPS["upgrade_diagnose"] = (
+    "roles/upgrade main.yml, when a stage halts: upgrade_doctor diagnoses the halted nodes for the report (the reads "
+    "of doctor_diagnose, on the upgrade account's roles)",
+    _doctor_reads(UPGRADE_ROLE, GPU_OPERATOR_ROLE, NODE_EVENTS_ROLE, LEDGER_ROLE),
+)
 STEPS["doctor_remediate"] = (
     "diagnose.yml with doctor_remediate: after the diagnosis' reads (doctor_diagnose), relabel an upgrade-failed "
     "node, evict the pods the user's selector names, restart a failing validator once, unpause a pool this "
@@ -607,7 +612,9 @@ STEPS["rbac_apply"] = (
 )
 
 # Every stage of upgrade.yml plans, takes the Lease and records (a refused or failed one too).
-_UPGRADE_FRAME = ("upgrade_plan", "upgrade_lease", "upgrade_record")
+# A stage that halts asks the doctor why the halted nodes are stuck (the report's diagnosis and its Next), so the
+# upgrade account holds the diagnosis' reads too (upgrade_diagnose), on its own roles.
+_UPGRADE_FRAME = ("upgrade_plan", "upgrade_lease", "upgrade_diagnose", "upgrade_record")
 _VALIDATE = ("validate_gates",)
 
 # The component role's steps per group and action (roles/upgrade component.yml hands the action over).

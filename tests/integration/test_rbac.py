@@ -316,6 +316,43 @@ def test_network_operator_mofed_canary_succeeds_with_the_shipped_role(fresh_twin
     assert mofed_versions(twin)[CANARY] == NEW_MOFED
 
 
+def test_a_halted_mofed_canary_with_the_shipped_role_carries_the_doctors_diagnosis(fresh_twin, tmp_path):
+    """The upgrade account's own roles hold the diagnosis' reads (step upgrade_diagnose): a canary halted by a PDB
+    that allows no eviction is recorded with the doctor's finding for the node and a Next that starts with it, and
+    the API refuses nothing (before, Node Events and pod logs were the doctor's account's only, so a halted run with
+    the shipped roles carried no diagnosis)."""
+    from .test_network_operator_failures import mofed_matrix
+    from .test_ofed_rolling_reload import mofed_ready, pinned_secondary_network_app
+    from .test_upgrade_flow import last_report
+
+    twin = fresh_twin
+    mofed_matrix(tmp_path)
+    mofed_ready(twin)
+    pinned_secondary_network_app(twin, CANARY, min_available=1)
+    apply_shipped_roles(twin)
+    token = token_of(twin, "gpufleet-upgrade")
+    twin.admin("POST", "report/reset")
+    canary = stage_as(
+        twin, tmp_path, "canary", token, network_operator_wait_sleep=0.3, network_operator_eviction_timeout=3
+    )
+    assert canary.returncode != 0, canary.output[-6000:]
+    assert "Stage canary: failed" in canary.output, canary.output[-6000:]
+    served = twin.report()["requests"]
+    assert served["by_code"].get("403", 0) == 0, served
+    entry = cluster_ledger(twin)[-1]
+    findings = {(f["node"], f["cause"]): f for f in (entry.get("diagnosis") or {}).get("findings") or []}
+    assert (CANARY, "pdb_blocks_eviction") in findings, entry.get("diagnosis")
+    finding = findings[(CANARY, "pdb_blocks_eviction")]
+    assert finding["component"] == "ofed-rollout", finding
+    assert finding["state"] == "failed at evict-pods", finding
+    assert finding["detail"].startswith(
+        "PDB default/rdma-app (disruptionsAllowed 0) refuses evicting default/rdma-app-"
+    ), finding
+    report = last_report(tmp_path, "canary")
+    next_line = next(line for line in report.splitlines() if line.startswith("| Next |"))
+    assert f"To unstick {CANARY} (pdb_blocks_eviction: " in next_line, next_line
+
+
 def test_a_403_after_the_preflight_names_the_rule_and_the_clusterrole(fresh_twin, workspace):
     """With the preflight turned off, the first write the account lacks (labelling the canary, a kubernetes.core
     task) is refused by the API: the failure, in the output and the ledger, names the rule and the ClusterRole as

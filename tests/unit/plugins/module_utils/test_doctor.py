@@ -476,3 +476,64 @@ def test_a_node_in_a_custom_pool_is_reported_under_that_pool_not_worker():
     assert [(f["node"], f["cause"], f["evidence"]["pool"]) for f in result["findings"]] == [
         ("a", "mcp_degraded", "gpu-bad")
     ]
+
+
+def _rollout_node(name: str, state: str, step: str, message: str = "") -> dict:
+    """A node as this collection's rollout engine leaves it (annotations gpufleet.io/rollout-ofed-*)."""
+    obj = node(name, "", cordoned=True)
+    obj["metadata"]["annotations"].update(
+        {
+            "gpufleet.io/rollout-ofed-state": state,
+            "gpufleet.io/rollout-ofed-step": step,
+            "gpufleet.io/rollout-ofed-target": "24.10-1.1.4.0",
+            "gpufleet.io/rollout-ofed-started-at": "2026-11-25T11:00:00Z",
+            "gpufleet.io/rollout-ofed-message": message,
+        }
+    )
+    if state == "failed":
+        obj["metadata"]["annotations"]["gpufleet.io/rollout-ofed-finished-at"] = "2026-11-25T11:30:00Z"
+    return obj
+
+
+def test_a_rollout_of_this_collection_left_failed_is_stuck_with_its_step_and_message():
+    failed = _rollout_node("a", "failed", "reload-driver", "MOFED pod did not become Ready in 900 s")
+    done = _rollout_node("b", "done", "")
+    result = diagnose(view([failed, done]))
+    assert [(f["node"], f["component"], f["state"], f["cause"]) for f in result["findings"]] == [
+        ("a", "ofed-rollout", "failed at reload-driver", "rollout_step_failed")
+    ]
+    finding = result["findings"][0]
+    assert finding["evidence"]["message"] == "MOFED pod did not become Ready in 900 s"
+    assert finding["evidence"]["target"] == "24.10-1.1.4.0"
+    assert finding["seconds_in_state"] == 30 * 60  # since it failed, on the API server's clock
+    assert "stage=rollback" in finding["remedy"] and finding["remediation"] is None
+    # Only a step that evicts pods needs the node's pods read.
+    assert nodes_needing_pods([failed, done]) == []
+
+
+def test_a_rollout_failed_at_evict_pods_names_the_pdb_that_holds_it():
+    failed = _rollout_node("a", "failed", "evict-pods", "eviction refused")
+    pdb = {
+        "metadata": {"name": "rdma-app", "namespace": "work"},
+        "spec": {"selector": {"matchLabels": {"app": "rdma"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1},
+    }
+    app = pod("rdma-1", "a", labels={"app": "rdma"}, owner=("ReplicaSet", "rdma-x"))
+    result = diagnose(view([failed], pods=[app], pdbs=[pdb]))
+    finding = result["findings"][0]
+    assert (finding["cause"], finding["evidence"]["blocked"][0]["pdb"]) == ("pdb_blocks_eviction", "work/rdma-app")
+    assert nodes_needing_pods([failed]) == ["a"]
+
+
+def test_a_rollout_in_progress_is_stuck_only_once_its_run_is_gone():
+    moving = _rollout_node("a", "in-progress", "reload-driver")
+    live = {
+        "metadata": {"name": "gpufleet-upgrade", "namespace": "nvidia-gpu-operator"},
+        "spec": {"holderIdentity": "alice run 1", "leaseDurationSeconds": 300, "renewTime": "2026-11-25T11:59:00Z"},
+    }
+    assert diagnose(view([moving], lease=live))["findings"] == []
+    expired = {**live, "spec": {**live["spec"], "renewTime": "2026-11-25T10:00:00Z"}}
+    result = diagnose(view([moving], lease=expired))
+    assert [(f["node"], f["cause"], f["state"]) for f in result["findings"]] == [
+        ("a", "rollout_interrupted", "in-progress at reload-driver")
+    ]

@@ -124,7 +124,7 @@ def test_the_read_only_role_only_reads():
 @pytest.mark.parametrize("stage", table.STAGES)
 def test_every_stage_of_every_group_is_planned_with_the_frame_steps(stage, group):
     steps = table.steps_for(playbook="upgrade", stage=stage, group=group)
-    assert steps[:3] == ("upgrade_plan", "upgrade_lease", "upgrade_record")
+    assert steps[:4] == ("upgrade_plan", "upgrade_lease", "upgrade_diagnose", "upgrade_record")
     assert "validate_gates" in steps
     permissions = table.permissions_for(steps, namespaces=NAMESPACES)
     assert len({(p.verb, p.group, p.resource, p.subresource, p.namespace) for p in permissions}) == len(permissions)
