@@ -122,7 +122,9 @@ def test_application_follows_git_heals_drift_and_stalls(served: TwinProcess, tmp
         what="drift seen",
         sim_seconds=30,
     )
-    assert app_status(twin, "gpu-operator")["resources"][0]["diff"] == ["/spec/driver/version"]
+    assert app_status(twin, "gpu-operator")["resources"][0]["status"] == "OutOfSync"
+    differences = twin.admin("GET", "argocd")["differences"]["argocd/gpu-operator"]
+    assert differences == {f"nvidia.com/ClusterPolicy//{POLICY}": ["/spec/driver/version"]}
     kubectl(twin, "patch", "application", "gpu-operator", "-n", "argocd", "--type", "merge",
             "-p", '{"spec":{"syncPolicy":{"automated":{"selfHeal":true}}}}')  # fmt: skip
     advance_until(

@@ -26,7 +26,12 @@ Usage
   (with ``requiresPruning``), ``status.operationState`` {operation, phase Running/Succeeded/Failed/Error,
   message, syncResult {revision, source, resources[]}, startedAt, finishedAt}, ``status.history[]``,
   ``status.reconciledAt``, ``status.sourceType: Directory``, ``status.conditions`` (ComparisonError,
-  InvalidSpecError, SyncError).  Events on the Application (component ``argocd-application-controller``):
+  InvalidSpecError, SyncError).  Only fields of Argo CD's types (``pkg/apis/application/v1alpha1/types.go``),
+  so the real CRD's schema keeps every one (``tests/twin/api/test_api_argocd_crd.py``).  Which fields of an
+  OutOfSync resource differ (JSON pointers) is not status (``ResourceStatus`` has no such field; ``argocd app
+  diff`` computes it): ``GET /admin/argocd`` lists them under ``differences`` {"<ns>/<app>": {"<group>/<kind>/
+  <ns>/<name>": [pointers]}}, ``ArgoCDController.differences(namespace, name)`` in process.  Events on the
+  Application (component ``argocd-application-controller``):
   ``OperationStarted`` ("Initiated automated sync to '<sha>'"), ``OperationCompleted`` ("Sync operation to
   <sha> succeeded"; Warning when it failed), ``ResourceUpdated`` ("Updated sync status: Synced -> OutOfSync",
   the same for health).
@@ -119,6 +124,10 @@ class _AppMemory:
     finished_at: float | None = None  # when the last operation finished
     heal_due: float | None = None  # when selfHeal may sync again (its back-off)
     applied: dict[tuple[str, str, str, str], Obj] = field(default_factory=dict)  # key -> last applied manifest
+    # The JSON pointers that differ, by resource key "<group>/<kind>/<namespace>/<name>" (gitops-engine's
+    # ResourceKey): what ``argocd app diff`` shows.  Kept here, not in the status: the Application's
+    # ResourceStatus has no such field (the real CRD's schema prunes it).
+    differences: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -319,6 +328,7 @@ class ArgoCDController:
     def _compare(self, app: Obj, memory: _AppMemory, resources: list[_Resource], ignore: list[Obj]) -> list[Obj]:
         server_side = "ServerSideApply=true" in _sync_options(app)
         out = []
+        memory.differences = {}
         for resource in resources:
             entry: Obj = {
                 "group": resource.rtype.group,
@@ -345,7 +355,8 @@ class ArgoCDController:
                 )
                 entry["status"] = "OutOfSync" if differing else "Synced"
                 if differing:
-                    entry["diff"] = differing[:20]
+                    key = f"{resource.rtype.group}/{resource.rtype.kind}/{resource.namespace or ''}/{resource.name}"
+                    memory.differences[key] = differing
             if resource.live is not None:
                 health = _health(resource.rtype.kind, resource.live)
                 if health is not None:
@@ -656,11 +667,22 @@ class ArgoCDController:
         return modes
 
     # -- admin ---------------------------------------------------------------------------------------------
+    def differences(self, namespace: str, name: str) -> dict[str, list[str]]:
+        """The JSON pointers of each OutOfSync resource of an Application at its last comparison, by resource key
+        ``<group>/<kind>/<namespace>/<name>`` (what ``argocd app diff`` shows; not part of the status)."""
+        memory = self.memory.get((namespace, name))
+        return {key: list(pointers) for key, pointers in (memory.differences if memory else {}).items()}
+
     def describe(self) -> Obj:
         return {
             "field_manager": FIELD_MANAGER,
             "poll_seconds": self.poll_seconds,
             "writes": list(self.writes),
+            "differences": {
+                f"{namespace}/{name}": self.differences(namespace, name)
+                for namespace, name in sorted(self.memory)
+                if self.memory[(namespace, name)].differences
+            },
             "stalled": {k: list(v) for k, v in self.stalled.items() if v},
             "unreachable": list(self.unreachable),
         }
