@@ -565,7 +565,7 @@ STEPS["doctor_diagnose"] = (
 STEPS["upgrade_diagnose"] = (
     "roles/upgrade main.yml, when a stage halts: upgrade_doctor diagnoses the halted nodes for the report (the reads "
     "of doctor_diagnose, on the upgrade account's roles)",
-    _doctor_reads(UPGRADE_ROLE, GPU_OPERATOR_ROLE, NODE_EVENTS_ROLE, LEDGER_ROLE),
+    _doctor_reads(UPGRADE_ROLE, GPU_OPERATOR_ROLE, UPGRADE_ROLE, LEDGER_ROLE),
 )
 STEPS["doctor_remediate"] = (
     "diagnose.yml with doctor_remediate: after the diagnosis' reads (doctor_diagnose), relabel an upgrade-failed "

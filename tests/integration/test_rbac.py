@@ -319,8 +319,8 @@ def test_network_operator_mofed_canary_succeeds_with_the_shipped_role(fresh_twin
 def test_a_halted_mofed_canary_with_the_shipped_role_carries_the_doctors_diagnosis(fresh_twin, tmp_path):
     """The upgrade account's own roles hold the diagnosis' reads (step upgrade_diagnose): a canary halted by a PDB
     that allows no eviction is recorded with the doctor's finding for the node and a Next that starts with it, and
-    the API refuses nothing (before, Node Events and pod logs were the doctor's account's only, so a halted run with
-    the shipped roles carried no diagnosis)."""
+    the API refuses nothing. The node was left by this collection's own MOFED rollout (the doctor once saw only the
+    operators' state labels), and the crash-looping driver pod logs it may quote were the doctor's account's only."""
     from .test_network_operator_failures import mofed_matrix
     from .test_ofed_rolling_reload import mofed_ready, pinned_secondary_network_app
     from .test_upgrade_flow import last_report
