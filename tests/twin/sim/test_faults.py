@@ -234,6 +234,7 @@ def _state(cluster: SimCluster, node: str, faults: FaultInjector) -> dict:
         "cordoned": (bool(spec.get("unschedulable")), [t["key"] for t in spec.get("taints") or []]),
         "driver_kernels": set(cluster.sim.kernels_without_driver_build),
         "mofed_kernels": set(cluster.sim.kernels_without_mofed_build),
+        "unpullable": dict(cluster.sim.unpullable_images),
         "mc_failures": dict(cluster.sim.machine_config_failures),
         "validator_failures": dict(cluster.sim.validator_failures),
         "pruned_bundles": set(cluster.sim.olm_pruned_bundles),
@@ -255,6 +256,10 @@ FAULT_CASES = {
     "node_not_ready": ({"node": "{node}"}, lambda s: s["ready"] is False),
     "driver_build_fails": ({"kernel": KERNEL}, lambda s: KERNEL in s["driver_kernels"]),
     "mofed_build_fails": ({"kernel": KERNEL}, lambda s: KERNEL in s["mofed_kernels"]),
+    "image_pull_fails": (
+        {"image": "nvcr.io/nvidia/driver:570.124.06"},
+        lambda s: list(s["unpullable"]) == ["nvcr.io/nvidia/driver:570.124.06"],
+    ),
     "machine_config_fails": ({"node": "{node}"}, lambda s: bool(s["mc_failures"])),
     "validator_fails": (
         {"node": "{node}", "message": "failed"},

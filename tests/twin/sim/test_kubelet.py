@@ -106,6 +106,34 @@ def test_crashloop_restart_count_grows_with_backoff(simulate) -> None:
     simulate(scenario, nodes=1)
 
 
+def test_image_no_registry_serves_waits_in_image_pull_back_off_until_it_is_there(simulate) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        # A tag prefix matches the tags the operators build from it (the OS suffix).
+        cluster.sim.unpullable_images["registry.example/tools"] = "not found"
+        manifest = pod_manifest("puller", node=cluster.workers[0])
+        manifest["spec"]["containers"][0]["image"] = "registry.example/tools-rhcos4.16"
+        cluster.create("pod", manifest)
+        await cluster.run_for(6)
+        pod = cluster.pod("default", "puller")
+        assert pod["status"]["phase"] == "Pending"
+        assert _container(pod)["state"]["waiting"] == {"reason": "ErrImagePull", "message": "not found"}
+        await cluster.run_for(10 + 20, step=2)
+        status = _container(cluster.pod("default", "puller"))
+        assert status["state"]["waiting"] == {
+            "reason": "ImagePullBackOff",
+            "message": 'Back-off pulling image "registry.example/tools-rhcos4.16"',
+        }
+        assert status["restartCount"] == 0, "a pull that fails is no restart"
+        failed = [e["message"] for e in cluster.events("Failed") if e["involvedObject"]["name"] == "puller"]
+        assert failed and failed[0] == 'Failed to pull image "registry.example/tools-rhcos4.16": not found'
+        # The image is pushed: the next pull (back-off 40 s) succeeds and the pod starts.
+        del cluster.sim.unpullable_images["registry.example/tools"]
+        assert await cluster.wait_until(lambda: podutil.is_pod_ready(cluster.pod("default", "puller")), sim_seconds=90)
+        assert _container(cluster.pod("default", "puller"))["restartCount"] == 0
+
+    simulate(scenario, nodes=1)
+
+
 def test_pod_runs_to_completion(simulate) -> None:
     async def scenario(cluster: SimCluster) -> None:
         annotations = {OUTCOME_ANNOTATION: "succeeded", RUN_FOR_ANNOTATION: "30"}

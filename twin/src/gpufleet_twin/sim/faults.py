@@ -17,6 +17,10 @@ at simulated time ``at`` (seconds after the cluster was populated):
 - ``secondary_network_down`` {node, duration?}: the node's secondary network goes away.
 - ``pdb_never_allows`` {namespace, name}: that PDB never allows an eviction.
 - ``mofed_build_fails`` {kernel}: no MOFED driver builds for that kernel (MOFED pods crash-loop).
+- ``image_pull_fails`` {image, message?}: no registry serves that image (a reference, or one up to the OS suffix
+  the operators append to the tag): pods using it wait in ErrImagePull / ImagePullBackOff, restartCount 0, the
+  kubelet retrying the pull with its back-off until the fault is lifted (a driver upgrade then waits in
+  pod-restart-required: a pull never counts as a restart, so upstream never marks the node upgrade-failed).
 - ``machine_config_fails`` {node, reason?}: the node's next MachineConfig update fails (state Degraded).
 - ``validator_fails`` {node, message?}: the GPU Operator's validator pods started on the node from now on
   crash-loop, printing ``message`` (the driver validation fails): a driver upgrade waits in validation-required
@@ -92,6 +96,7 @@ NODE_FAULTS = frozenset(
         "secondary_network_down",
         "pdb_never_allows",
         "mofed_build_fails",
+        "image_pull_fails",
         "machine_config_fails",
         "node_step_failures",
         "olm_bundle_pruned",
@@ -187,6 +192,7 @@ def validate_fault(spec: Obj) -> None:
         raise ValueError(f"unknown fault type {kind!r}; known: {', '.join(sorted(NODE_FAULTS | REQUEST_FAULTS))}")
     cluster_wide = {
         "driver_build_fails",
+        "image_pull_fails",
         "pdb_never_allows",
         "mofed_build_fails",
         "node_step_failures",
@@ -202,6 +208,8 @@ def validate_fault(spec: Obj) -> None:
         raise ValueError("fault mofed_build_fails needs 'kernel'")
     if kind == "driver_build_fails" and not spec.get("kernel"):
         raise ValueError("fault driver_build_fails needs 'kernel'")
+    if kind == "image_pull_fails" and not spec.get("image"):
+        raise ValueError("fault image_pull_fails needs 'image' (a reference, e.g. nvcr.io/nvidia/driver:570.124.06)")
     if kind == "olm_bundle_pruned" and not spec.get("version"):
         raise ValueError("fault olm_bundle_pruned needs 'version' (the bundle's CSV version, e.g. 24.9.0)")
     if kind == "pdb_never_allows" and not (spec.get("name") and spec.get("namespace")):
@@ -346,6 +354,8 @@ class FaultInjector:
             return f"{fault.params.get('namespace')}/{fault.params.get('name')}"
         if fault.type == "olm_bundle_pruned":
             return "/".join(FaultInjector._pruned_bundle(fault))
+        if fault.type == "image_pull_fails":
+            return str(fault.params.get("image"))
         return str(fault.params.get("kernel"))
 
     # -- node faults -------------------------------------------------------------------------------------
@@ -470,6 +480,19 @@ class FaultInjector:
         def restore() -> None:
             if not self._held_by_another(fault, key=kernel):
                 self._sim.kernels_without_mofed_build.discard(kernel)
+
+        fault.undo.append(restore)
+
+    def _apply_image_pull_fails(self, fault: Fault) -> None:
+        image = str(fault.params["image"])
+        self._sim.unpullable_images[image] = str(
+            fault.params.get("message")
+            or f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": not found'
+        )
+
+        def restore() -> None:
+            if not self._held_by_another(fault, key=image):
+                self._sim.unpullable_images.pop(image, None)
 
         fault.undo.append(restore)
 

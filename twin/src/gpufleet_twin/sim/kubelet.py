@@ -9,7 +9,10 @@ Pods bound to a managed node go Pending (ContainerCreating) -> Running after
 ``PodPlan.start_after``; the plan (``SimState.plan_for``) decides what
 happens next: Ready, CrashLoopBackOff with a growing ``restartCount`` (the
 kubelet's 10 s doubling back-off capped at 5 min), or Succeeded/Failed after
-``run_for``.  Graceful deletion (``deletionTimestamp``) finishes after
+``run_for``.  An image no registry serves (fault ``image_pull_fails``) keeps
+the pod Pending in ErrImagePull, then ImagePullBackOff, the pull retried
+with the same back-off until it succeeds (every container of the pod shows
+the waiting reason).  Graceful deletion (``deletionTimestamp``) finishes after
 ``min(gracePeriod, termination_grace_cap)`` simulated seconds.
 
 A node whose machine is down (rebooting, or dead after a reboot) runs
@@ -71,8 +74,9 @@ class _PodRun:
     uid: str
     node: str
     plan: PodPlan
-    stage: str  # starting, running, backoff, stuck, done, down
+    stage: str  # starting, pulling, running, backoff, stuck, done, down
     restarts: int = 0
+    pull_attempts: int = 0  # failed image pulls so far (fault image_pull_fails)
     next_at: float | None = None
     started_at: float | None = None
     ready_signalled: bool = False
@@ -512,6 +516,11 @@ class Kubelet:
         stamp = self._iso(now)
         restart_policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
         run.next_at = None
+        if run.stage in ("starting", "pulling"):
+            unpullable = self._sim.unpullable_image(pod)
+            if unpullable is not None:
+                return self._pull_failed(key, pod, run, now, unpullable)
+            run.stage = "starting"
         if run.stage == "starting":
             run.ever_started = True
             if plan.outcome == "pending":
@@ -602,6 +611,31 @@ class Kubelet:
             )
             return self._write_status(pod, view, now)
         return 0
+
+    def _pull_failed(self, key: PodKey, pod: Obj, run: _PodRun, now: float, unpullable: tuple[str, str]) -> int:
+        """The image cannot be pulled: ErrImagePull on the first failure, ImagePullBackOff after it, the pull retried
+        with the kubelet's image back-off (10 s doubling, at most 5 min). Nothing ran, so no restart is counted."""
+        image, why = unpullable
+        run.pull_attempts += 1
+        run.stage = "pulling"
+        delay = min(self._timings.backoff_initial * 2 ** (run.pull_attempts - 1), self._timings.backoff_max)
+        run.next_at = now + delay
+        self._due.schedule(("pod", key), run.next_at)
+        if self._sim.pod_events:
+            self._pod_event(
+                pod, "Failed", f'Failed to pull image "{image}": {why}', node=run.node, event_type="Warning"
+            )
+            self._pod_event(pod, "BackOff", f'Back-off pulling image "{image}"', node=run.node, event_type="Warning")
+        first = run.pull_attempts == 1
+        view = ContainerView(
+            phase="Pending",
+            state="waiting",
+            ready=False,
+            restarts=run.restarts,
+            reason="ErrImagePull" if first else "ImagePullBackOff",
+            message=why if first else f'Back-off pulling image "{image}"',
+        )
+        return self._write_status(pod, view, now)
 
     def _crash(self, key: PodKey, pod: Obj, run: _PodRun, now: float, *, first_start: str) -> int:
         """The container exited non-zero: count a restart and back off (CrashLoopBackOff)."""

@@ -131,6 +131,10 @@ class SimState:
     argocd: Any = None
     # Nodes whose next machine-config update fails (fault ``machine_config_fails``): node -> reason.
     machine_config_failures: dict[str, str] = field(default_factory=dict)
+    # Images no registry serves (fault ``image_pull_fails``): image reference, or a reference up to the OS suffix
+    # the operators append to a tag (``nvcr.io/nvidia/driver:570.124.06`` for ``...:570.124.06-rhcos4.16``) -> why
+    # the pull fails, as the container runtime says it.
+    unpullable_images: dict[str, str] = field(default_factory=dict)
     # Nodes whose GPU Operator validator pods fail (fault ``validator_fails``): node -> the line the validator prints.
     validator_failures: dict[str, str] = field(default_factory=dict)
     # Per-node steps drawn to fail at random (fault ``node_step_failures``): each is called with
@@ -151,6 +155,16 @@ class SimState:
     pod_events: bool = True
     # Called with a node name whenever its NodeHealth changes (the kubelet listens).
     node_listeners: list[Callable[[str], None]] = field(default_factory=list)
+
+    def unpullable_image(self, pod: Obj) -> tuple[str, str] | None:
+        """(image, why) of the first container of the pod whose image cannot be pulled now, or None."""
+        spec = pod.get("spec") or {}
+        for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+            image = str(container.get("image") or "")
+            for unpullable, why in self.unpullable_images.items():
+                if image == unpullable or image.startswith(unpullable + "-"):
+                    return image, why
+        return None
 
     def plan_for(self, pod: Obj, node: NodeHealth) -> PodPlan:
         for behaviour in self.pod_behaviours:
