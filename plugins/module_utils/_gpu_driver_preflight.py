@@ -162,39 +162,8 @@ def run_preflight(data: PreflightInput) -> Preflight:
 
     findings += _controller_findings(data)
 
-    failed = sorted(name for name in data.targets if states.get(name) == STATE_FAILED)
-    if failed and not data.retry_failed_nodes:
-        findings.append(
-            Finding(
-                "failed_nodes",
-                ERROR,
-                f"Node(s) {', '.join(failed)} are upgrade-failed from an earlier attempt; the rollout stays halted. "
-                "Fix the cause and retry them (retry_failed_nodes), or roll back",
-                nodes=tuple(failed),
-            )
-        )
-
-    if data.held_by_others:
-        findings.append(
-            Finding(
-                "held_by_others",
-                WARNING,
-                f"{len(data.held_by_others)} node(s) carry nvidia.com/gpu-driver-upgrade.skip=true set by someone "
-                "else; this rollout leaves them on their current driver",
-                nodes=tuple(data.held_by_others),
-            )
-        )
-
     unavailable = sorted(name for name in data.managed if name in nodes and _unavailable(nodes[name]))
-    if unavailable:
-        findings.append(
-            Finding(
-                "nodes_unavailable",
-                WARNING,
-                f"{len(unavailable)} node(s) are cordoned or NotReady; they count against maxUnavailable",
-                nodes=tuple(unavailable),
-            )
-        )
+    findings += _node_state_findings(data, states, unavailable=unavailable)
 
     # The controller's slot formula, as if every target not yet on the target driver were upgrade-required now.
     managed_states = [states.get(name, "") for name in data.managed]
@@ -262,6 +231,44 @@ def run_preflight(data: PreflightInput) -> Preflight:
         "slots": slots.as_dict(),
     }
     return Preflight(findings=tuple(findings), summary=summary)
+
+
+def _node_state_findings(
+    data: PreflightInput, states: Mapping[str, str], *, unavailable: Sequence[str]
+) -> List[Finding]:
+    """Targets failed in an earlier attempt, nodes someone else holds, and nodes already away."""
+    findings: List[Finding] = []
+    failed = sorted(name for name in data.targets if states.get(name) == STATE_FAILED)
+    if failed and not data.retry_failed_nodes:
+        findings.append(
+            Finding(
+                "failed_nodes",
+                ERROR,
+                f"Node(s) {', '.join(failed)} are upgrade-failed from an earlier attempt; the rollout stays halted. "
+                "Fix the cause and retry them (retry_failed_nodes), or roll back",
+                nodes=tuple(failed),
+            )
+        )
+    if data.held_by_others:
+        findings.append(
+            Finding(
+                "held_by_others",
+                WARNING,
+                f"{len(data.held_by_others)} node(s) carry nvidia.com/gpu-driver-upgrade.skip=true set by someone "
+                "else; this rollout leaves them on their current driver",
+                nodes=tuple(data.held_by_others),
+            )
+        )
+    if unavailable:
+        findings.append(
+            Finding(
+                "nodes_unavailable",
+                WARNING,
+                f"{len(unavailable)} node(s) are cordoned or NotReady; they count against maxUnavailable",
+                nodes=tuple(unavailable),
+            )
+        )
+    return findings
 
 
 def _daemonset_findings(data: PreflightInput, nodes: Mapping[str, Mapping[str, Any]]) -> List[Finding]:

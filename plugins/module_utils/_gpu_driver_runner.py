@@ -309,15 +309,56 @@ class DriverRollout:
         options = self.options
         cluster = self.read_cluster()
         upgrade_policy = normalize_upgrade_policy(options.upgrade_policy, fields=cluster.upgrade_policy_fields)
-        target: Optional[DriverTarget] = None
-        if options.driver and options.driver.get("version"):
-            target = DriverTarget.from_params(options.driver)
-        elif not options.preflight_only:
-            target = DriverTarget.from_params(options.driver)  # raises: version is required
+        target = self._requested_target()
         driver_section = ((cluster.policy.get("spec") or {}).get("driver")) or {}
         effective = effective_upgrade_policy(driver_section.get("upgradePolicy"), upgrade_policy)
         manual = controller_absent(effective, served_upgrade_policy=self.served_upgrade_policy)
-        request = RolloutRequest(
+        plan = plan_rollout(
+            _planner_view(cluster), self._rollout_request(target=target, upgrade_policy=upgrade_policy, manual=manual)
+        )
+        self.warnings.extend(plan.warnings)
+        check_gitops_plan(plan, managed=options.gitops_managed, canary_mode=options.canary_mode)
+        if manual and options.gitops_managed:
+            # The rollout without the controller writes the target and then replaces driver pods in one run; in
+            # GitOps mode the target reaches the cluster only after a commit is synced (not supported together yet).
+            raise InvalidInputError(
+                "GitOps mode needs the GPU Operator's upgrade controller (driver.upgradePolicy.autoUpgrade true): "
+                "the node-by-node rollout without it is not supported in GitOps mode yet (docs/gitops.md)"
+            )
+        preflight = self._preflight(cluster, plan=plan, target=target, effective=effective, manual=manual)
+        result = self._base_result(cluster=cluster, target=target, plan=plan, preflight=preflight)
+        if options.preflight_only:
+            return self._finish(result)
+        if target is None:
+            raise InvalidInputError("a driver version is required unless preflight_only is set")
+        errors = preflight.errors
+        if errors:
+            raise GpuFleetError(
+                "preflight found what would stall or fail the rollout: " + "; ".join(f.message for f in errors),
+                result=self._finish(result),
+            )
+        if options.diff or options.check_mode:
+            result["diff"] = plan_diff(plan)
+        if manual:
+            return self.run_without_controller(cluster, plan=plan, target=target, effective=effective, result=result)
+        if options.check_mode:
+            self.changed = plan.changes
+            return self._finish(result)
+        return self._run_with_controller(cluster, plan=plan, target=target, effective=effective, result=result)
+
+    def _requested_target(self) -> Optional[DriverTarget]:
+        """The target driver; None only for a preflight-only run that names no version."""
+        if self.options.driver and self.options.driver.get("version"):
+            return DriverTarget.from_params(self.options.driver)
+        if not self.options.preflight_only:
+            return DriverTarget.from_params(self.options.driver)  # raises: version is required
+        return None
+
+    def _rollout_request(
+        self, *, target: Optional[DriverTarget], upgrade_policy: Dict[str, Any], manual: bool
+    ) -> RolloutRequest:
+        options = self.options
+        return RolloutRequest(
             # Without the controller the canary is which nodes this module rolls, not labels or pools.
             scope=SCOPE_ALL if manual else options.scope,
             target=target,
@@ -328,25 +369,20 @@ class DriverRollout:
             remove_canary_driver=options.remove_canary_driver,
             retry_failed_nodes=options.retry_failed_nodes,
         )
-        view = ClusterView(
-            policy=cluster.policy,
-            drivers=tuple(cluster.drivers),
-            nodes=tuple(cluster.nodes),
-            managed=cluster.managed,
-            crd_has_default=cluster.crd_has_default,
-        )
-        plan = plan_rollout(view, request)
-        self.warnings.extend(plan.warnings)
-        check_gitops_plan(plan, managed=options.gitops_managed, canary_mode=options.canary_mode)
-        if manual and options.gitops_managed:
-            # The rollout without the controller writes the target and then replaces driver pods in one run; in
-            # GitOps mode the target reaches the cluster only after a commit is synced (not supported together yet).
-            raise InvalidInputError(
-                "GitOps mode needs the GPU Operator's upgrade controller (driver.upgradePolicy.autoUpgrade true): "
-                "the node-by-node rollout without it is not supported in GitOps mode yet (docs/gitops.md)"
-            )
+
+    def _preflight(
+        self,
+        cluster: ClusterRead,
+        *,
+        plan: RolloutPlan,
+        target: Optional[DriverTarget],
+        effective: Dict[str, Any],
+        manual: bool,
+    ) -> Preflight:
+        """Read what the preflight needs besides the cluster read, and run it (read-only)."""
+        options = self.options
         extras = self.read_preflight_extras(cluster.namespace)
-        preflight = run_preflight(
+        return run_preflight(
             PreflightInput(
                 policy=cluster.policy,
                 upgrade_policy=effective,
@@ -367,25 +403,17 @@ class DriverRollout:
                 upgrade_controller=not manual,
             )
         )
-        result = self._base_result(cluster=cluster, target=target, plan=plan, preflight=preflight)
-        if options.preflight_only:
-            return self._finish(result)
-        if target is None:
-            raise InvalidInputError("a driver version is required unless preflight_only is set")
-        errors = preflight.errors
-        if errors:
-            raise GpuFleetError(
-                "preflight found what would stall or fail the rollout: " + "; ".join(f.message for f in errors),
-                result=self._finish(result),
-            )
-        if options.diff or options.check_mode:
-            result["diff"] = plan_diff(plan)
-        if manual:
-            return self.run_without_controller(cluster, plan=plan, target=target, effective=effective, result=result)
-        if options.check_mode:
-            self.changed = plan.changes
-            return self._finish(result)
 
+    def _run_with_controller(
+        self,
+        cluster: ClusterRead,
+        *,
+        plan: RolloutPlan,
+        target: DriverTarget,
+        effective: Mapping[str, Any],
+        result: Dict[str, Any],
+    ) -> Dict[str, Any]:
+        """Write the plan, then watch the upgrade controller work (halting at a failed node) and clean up."""
         self.finish_pool_moves(cluster, result=result)
         scope_writes = plan.in_phase(PHASE_SCOPE)
         if plan.pin is not None:
@@ -405,7 +433,7 @@ class DriverRollout:
         result.update(gitops_changes=list(self.gitops_deferred), gitops_pending=bool(self.gitops_deferred))
         if self.gitops_deferred:  # the rest waits for the commit to be synced: the caller commits these, runs again
             return self._finish(result)
-        if not options.wait:
+        if not self.options.wait:
             if plan.in_phase(PHASE_CLEANUP):
                 self.warnings.append("wait is false: the canary NVIDIADriver stays until a run that waits finishes")
             return self._finish(result)
@@ -923,6 +951,17 @@ class DriverRollout:
             warnings=list(dict.fromkeys(self.warnings)),
         )
         return result
+
+
+def _planner_view(cluster: ClusterRead) -> ClusterView:
+    """The cluster read as the planner (pure) takes it."""
+    return ClusterView(
+        policy=cluster.policy,
+        drivers=tuple(cluster.drivers),
+        nodes=tuple(cluster.nodes),
+        managed=cluster.managed,
+        crd_has_default=cluster.crd_has_default,
+    )
 
 
 def check_gitops_plan(plan: RolloutPlan, *, managed: Sequence[str], canary_mode: Optional[str]) -> None:

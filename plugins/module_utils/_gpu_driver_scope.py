@@ -45,7 +45,7 @@ so a later promotion releases exactly those and never a person's own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import (
@@ -272,58 +272,22 @@ def _patch_write(*, kind: str, obj: Mapping[str, Any], desired: Dict[str, Any], 
 
 def plan_rollout(view: ClusterView, request: RolloutRequest) -> RolloutPlan:
     """Targets and writes of one run, computed from what the cluster holds now (a re-run resumes)."""
-    if request.scope not in (SCOPE_CANARY, SCOPE_ALL):
-        raise InvalidInputError(f"scope must be {SCOPE_CANARY!r} or {SCOPE_ALL!r}, not {request.scope!r}")
-    if request.scope == SCOPE_CANARY and request.canary_mode not in (MODE_NVIDIADRIVER, MODE_SKIP_LABEL):
-        raise InvalidInputError(
-            f"scope 'canary' needs canary_mode {MODE_NVIDIADRIVER!r} or {MODE_SKIP_LABEL!r}, "
-            f"not {request.canary_mode!r}"
-        )
-    if not request.canary_selector:
-        raise InvalidInputError("canary_selector must name at least one label (e.g. gpu-canary: 'true')")
+    _check_request(request)
     managed_nodes = [node for node in view.nodes if name_of(node) in view.managed]
     others_hold = tuple(sorted(name_of(node) for node in managed_nodes if held_by_others(node)))
     canary_nodes = tuple(
         sorted(name_of(node) for node in managed_nodes if matches(request.canary_selector, labels_of(node)))
     )
-    selector_text = ",".join(f"{key}={value}" for key, value in sorted(request.canary_selector.items()))
-    if request.scope == SCOPE_CANARY:
-        if not canary_nodes:
-            raise InvalidInputError(
-                f"No node hosting a GPU driver pod carries {selector_text}: label the canary node(s) first"
-            )
-        blocked = sorted(set(canary_nodes) & set(others_hold))
-        if blocked:
-            raise InvalidInputError(
-                f"Canary node(s) {', '.join(blocked)} carry {SKIP_LABEL}=true set by someone else; the upgrade "
-                "controller would never start them. Remove the label or choose another canary"
-            )
-        targets = canary_nodes
-    else:
-        targets = tuple(sorted(name for name in view.managed if name not in others_hold))
+    targets = _targets(view, request, canary_nodes=canary_nodes, others_hold=others_hold)
     if request.scope == SCOPE_CANARY and request.canary_mode == MODE_NVIDIADRIVER and not view.uses_nvidia_driver_crd:
         raise InvalidInputError(
             "canary_mode 'nvidiadriver' needs a cluster whose ClusterPolicy sets spec.driver.useNvidiaDriverCRD: "
             "true (switching it replaces every driver pod, a step of its own); use canary_mode 'skip_label' here"
         )
 
-    writes: List[Write] = []
     warnings: List[str] = []
     by_name = {name_of(node): node for node in view.nodes}
-    target_set = set(targets)
-
-    # Skip labels: release ours on every target; hold the rest in skip_label canary mode.
-    for node in managed_nodes:
-        name = name_of(node)
-        if name in target_set:
-            write = release_write(node, why="target of this rollout: release the hold this collection set")
-        elif request.scope == SCOPE_CANARY and request.canary_mode == MODE_SKIP_LABEL and name not in others_hold:
-            write = hold_write(node, reason=HOLD_CANARY, why="not a canary node: hold it until promotion")
-        else:
-            write = None
-        if write is not None:
-            writes.append(write)
-
+    writes = _skip_label_writes(managed_nodes, request, targets=set(targets), others_hold=others_hold)
     pin: Optional[PinWait] = None
     if not view.uses_nvidia_driver_crd:
         desired = desired_cluster_policy(view.policy, target=request.target, upgrade_policy=request.upgrade_policy)
@@ -337,80 +301,11 @@ def plan_rollout(view: ClusterView, request: RolloutRequest) -> RolloutPlan:
             )
         )
     else:
-        if request.upgrade_policy:
-            desired = desired_cluster_policy(view.policy, target=None, upgrade_policy=request.upgrade_policy)
-            writes.append(
-                _patch_write(
-                    kind="ClusterPolicy",
-                    obj=view.policy,
-                    desired=desired,
-                    why="upgrade policy (the ClusterPolicy's drives every NVIDIADriver DaemonSet)",
-                    phase=PHASE_TARGET,
-                )
-            )
-        live = [cr for cr in view.drivers if not (cr.get("metadata") or {}).get("deletionTimestamp")]
-        canary_cr = next((cr for cr in live if name_of(cr) == request.canary_driver_name), None)
-        production = [cr for cr in live if name_of(cr) != request.canary_driver_name]
-        if not production and canary_cr is None:
-            raise InvalidInputError(
-                "The ClusterPolicy uses NVIDIADriver resources (useNvidiaDriverCRD) but the cluster has none"
-            )
-        if request.target is None:
-            pass  # a preflight without a target: nothing to write on the NVIDIADrivers
-        elif request.scope == SCOPE_CANARY and request.canary_mode == MODE_NVIDIADRIVER:
-            pin = _plan_canary_pool(
-                view=view,
-                request=request,
-                production=production,
-                canary_cr=canary_cr,
-                canary_nodes=canary_nodes,
-                by_name=by_name,
-                writes=writes,
-                warnings=warnings,
-            )
-        else:
-            # skip_label canary or promotion/rollback: every NVIDIADriver gets the target.
-            for cr in live:
-                desired = desired_nvidia_driver(cr, target=request.target, upgrade_policy=request.upgrade_policy)
-                writes.append(
-                    _patch_write(kind="NVIDIADriver", obj=cr, desired=desired, why="target driver", phase=PHASE_TARGET)
-                )
-            if request.scope == SCOPE_ALL and canary_cr is not None and request.remove_canary_driver:
-                if labels_of(canary_cr).get(MANAGED_BY_LABEL) == MANAGED_BY:
-                    writes.append(
-                        Write(
-                            op="delete",
-                            kind="NVIDIADriver",
-                            name=name_of(canary_cr),
-                            why="promotion done: the canary nodes are cordoned, emptied of GPU pods and moved back "
-                            "to the production NVIDIADriver (same driver), then uncordoned",
-                            phase=PHASE_CLEANUP,
-                            before=dict(canary_cr),
-                        )
-                    )
-                else:
-                    warnings.append(
-                        f"NVIDIADriver {name_of(canary_cr)} was not created by {MANAGED_BY}; it is left in place"
-                    )
-    # Failed nodes a person asked to retry: upstream's manual retry is relabelling them upgrade-required.
-    # After the target changed, or the controller would retry the very driver that failed.
+        pin = _plan_nvidia_drivers(
+            view=view, request=request, canary_nodes=canary_nodes, by_name=by_name, writes=writes, warnings=warnings
+        )
     if request.retry_failed_nodes:
-        for name in targets:
-            node = by_name[name]
-            if labels_of(node).get(STATE_LABEL) == "upgrade-failed":
-                desired = {"metadata": {"labels": {STATE_LABEL: "upgrade-required"}}}
-                writes.append(
-                    Write(
-                        op="patch",
-                        kind="Node",
-                        name=name,
-                        why="retry the failed driver upgrade (relabel upgrade-required, upstream's manual retry)",
-                        phase=PHASE_TARGET,
-                        desired=desired,
-                        patch=merge_patch_for(node, desired),
-                        before=node_label_view(node),
-                    )
-                )
+        writes.extend(_retry_failed_writes(targets, by_name=by_name))
     return RolloutPlan(
         targets=targets,
         held_by_others=others_hold,
@@ -419,6 +314,151 @@ def plan_rollout(view: ClusterView, request: RolloutRequest) -> RolloutPlan:
         pin=pin,
         warnings=tuple(warnings),
     )
+
+
+def _check_request(request: RolloutRequest) -> None:
+    """Refuse a scope, canary mode or canary selector the planner cannot work with (before looking at the cluster)."""
+    if request.scope not in (SCOPE_CANARY, SCOPE_ALL):
+        raise InvalidInputError(f"scope must be {SCOPE_CANARY!r} or {SCOPE_ALL!r}, not {request.scope!r}")
+    if request.scope == SCOPE_CANARY and request.canary_mode not in (MODE_NVIDIADRIVER, MODE_SKIP_LABEL):
+        raise InvalidInputError(
+            f"scope 'canary' needs canary_mode {MODE_NVIDIADRIVER!r} or {MODE_SKIP_LABEL!r}, "
+            f"not {request.canary_mode!r}"
+        )
+    if not request.canary_selector:
+        raise InvalidInputError("canary_selector must name at least one label (e.g. gpu-canary: 'true')")
+
+
+def _targets(
+    view: ClusterView, request: RolloutRequest, *, canary_nodes: Tuple[str, ...], others_hold: Tuple[str, ...]
+) -> Tuple[str, ...]:
+    """The canary nodes (refused when none, or when someone else holds one), or every managed node not held."""
+    if request.scope != SCOPE_CANARY:
+        return tuple(sorted(name for name in view.managed if name not in others_hold))
+    if not canary_nodes:
+        selector_text = ",".join(f"{key}={value}" for key, value in sorted(request.canary_selector.items()))
+        raise InvalidInputError(
+            f"No node hosting a GPU driver pod carries {selector_text}: label the canary node(s) first"
+        )
+    blocked = sorted(set(canary_nodes) & set(others_hold))
+    if blocked:
+        raise InvalidInputError(
+            f"Canary node(s) {', '.join(blocked)} carry {SKIP_LABEL}=true set by someone else; the upgrade "
+            "controller would never start them. Remove the label or choose another canary"
+        )
+    return canary_nodes
+
+
+def _skip_label_writes(
+    managed_nodes: Sequence[Mapping[str, Any]],
+    request: RolloutRequest,
+    *,
+    targets: Set[str],
+    others_hold: Tuple[str, ...],
+) -> List[Write]:
+    """Release our skip label on every target; hold the rest in skip_label canary mode."""
+    writes: List[Write] = []
+    for node in managed_nodes:
+        name = name_of(node)
+        if name in targets:
+            write = release_write(node, why="target of this rollout: release the hold this collection set")
+        elif request.scope == SCOPE_CANARY and request.canary_mode == MODE_SKIP_LABEL and name not in others_hold:
+            write = hold_write(node, reason=HOLD_CANARY, why="not a canary node: hold it until promotion")
+        else:
+            write = None
+        if write is not None:
+            writes.append(write)
+    return writes
+
+
+def _plan_nvidia_drivers(
+    *,
+    view: ClusterView,
+    request: RolloutRequest,
+    canary_nodes: Sequence[str],
+    by_name: Mapping[str, Dict[str, Any]],
+    writes: List[Write],
+    warnings: List[str],
+) -> Optional[PinWait]:
+    """The writes of a cluster whose driver lives in NVIDIADriver resources. Returns the pin wait."""
+    if request.upgrade_policy:
+        desired = desired_cluster_policy(view.policy, target=None, upgrade_policy=request.upgrade_policy)
+        writes.append(
+            _patch_write(
+                kind="ClusterPolicy",
+                obj=view.policy,
+                desired=desired,
+                why="upgrade policy (the ClusterPolicy's drives every NVIDIADriver DaemonSet)",
+                phase=PHASE_TARGET,
+            )
+        )
+    live = [cr for cr in view.drivers if not (cr.get("metadata") or {}).get("deletionTimestamp")]
+    canary_cr = next((cr for cr in live if name_of(cr) == request.canary_driver_name), None)
+    production = [cr for cr in live if name_of(cr) != request.canary_driver_name]
+    if not production and canary_cr is None:
+        raise InvalidInputError(
+            "The ClusterPolicy uses NVIDIADriver resources (useNvidiaDriverCRD) but the cluster has none"
+        )
+    if request.target is None:
+        return None  # a preflight without a target: nothing to write on the NVIDIADrivers
+    if request.scope == SCOPE_CANARY and request.canary_mode == MODE_NVIDIADRIVER:
+        return _plan_canary_pool(
+            view=view,
+            request=request,
+            production=production,
+            canary_cr=canary_cr,
+            canary_nodes=canary_nodes,
+            by_name=by_name,
+            writes=writes,
+            warnings=warnings,
+        )
+    # skip_label canary or promotion/rollback: every NVIDIADriver gets the target.
+    for cr in live:
+        desired = desired_nvidia_driver(cr, target=request.target, upgrade_policy=request.upgrade_policy)
+        writes.append(
+            _patch_write(kind="NVIDIADriver", obj=cr, desired=desired, why="target driver", phase=PHASE_TARGET)
+        )
+    if request.scope == SCOPE_ALL and canary_cr is not None and request.remove_canary_driver:
+        if labels_of(canary_cr).get(MANAGED_BY_LABEL) == MANAGED_BY:
+            writes.append(
+                Write(
+                    op="delete",
+                    kind="NVIDIADriver",
+                    name=name_of(canary_cr),
+                    why="promotion done: the canary nodes are cordoned, emptied of GPU pods and moved back "
+                    "to the production NVIDIADriver (same driver), then uncordoned",
+                    phase=PHASE_CLEANUP,
+                    before=dict(canary_cr),
+                )
+            )
+        else:
+            warnings.append(f"NVIDIADriver {name_of(canary_cr)} was not created by {MANAGED_BY}; it is left in place")
+    return None
+
+
+def _retry_failed_writes(targets: Sequence[str], *, by_name: Mapping[str, Dict[str, Any]]) -> List[Write]:
+    """Failed nodes a person asked to retry: upstream's manual retry is relabelling them upgrade-required.
+
+    Planned after the target writes, or the controller would retry the very driver that failed.
+    """
+    writes: List[Write] = []
+    for name in targets:
+        node = by_name[name]
+        if labels_of(node).get(STATE_LABEL) == "upgrade-failed":
+            desired = {"metadata": {"labels": {STATE_LABEL: "upgrade-required"}}}
+            writes.append(
+                Write(
+                    op="patch",
+                    kind="Node",
+                    name=name,
+                    why="retry the failed driver upgrade (relabel upgrade-required, upstream's manual retry)",
+                    phase=PHASE_TARGET,
+                    desired=desired,
+                    patch=merge_patch_for(node, desired),
+                    before=node_label_view(node),
+                )
+            )
+    return writes
 
 
 def _plan_canary_pool(
@@ -433,7 +473,8 @@ def _plan_canary_pool(
     warnings: List[str],
 ) -> Optional[PinWait]:
     """Production exclusion, then the canary NVIDIADriver (pinned first when new). Returns the pin wait."""
-    if request.target is None:
+    target = request.target
+    if target is None:
         raise InvalidInputError("canary scoping needs a target driver")
     canary_labels = [labels_of(by_name[name]) for name in canary_nodes]
     defaults = [cr for cr in production if is_default_driver(cr)]
@@ -443,6 +484,55 @@ def _plan_canary_pool(
         if not is_default_driver(cr) and any(nvidia_driver_selects(cr, labels) for labels in canary_labels)
     ]
     owner_of_canaries = overlapping[0] if overlapping else (defaults[0] if defaults else production[0])
+    _exclude_canaries_from_production(
+        overlapping,
+        view=view,
+        request=request,
+        defaults=defaults,
+        canary_nodes=canary_nodes,
+        writes=writes,
+        warnings=warnings,
+    )
+    if canary_cr is None:
+        writes.extend(_new_canary_driver_writes(request, target=target, production_cr=owner_of_canaries))
+        return PinWait(driver_name=request.canary_driver_name, nodes=tuple(canary_nodes))
+    selector_desired = desired_nvidia_driver(canary_cr, node_selector=request.canary_selector)
+    writes.append(
+        _patch_write(
+            kind="NVIDIADriver",
+            obj=canary_cr,
+            desired=selector_desired,
+            why="canary pool selector",
+            phase=PHASE_SCOPE,
+        )
+    )
+    desired = desired_nvidia_driver(canary_cr, target=target, upgrade_policy=request.upgrade_policy)
+    writes.append(
+        _patch_write(
+            kind="NVIDIADriver",
+            obj=canary_cr,
+            desired=desired,
+            why="target driver on the canary pool",
+            phase=PHASE_TARGET,
+        )
+    )
+    return None
+
+
+def _exclude_canaries_from_production(
+    overlapping: Sequence[Dict[str, Any]],
+    *,
+    view: ClusterView,
+    request: RolloutRequest,
+    defaults: List[Dict[str, Any]],
+    canary_nodes: Sequence[str],
+    writes: List[Write],
+    warnings: List[str],
+) -> None:
+    """Make each production NVIDIADriver that selects a canary node stop selecting it (upstream refuses overlaps).
+
+    Appends to ``defaults`` the CR it makes the default, so it makes at most one.
+    """
     for cr in overlapping:
         selector = dict((cr.get("spec") or {}).get("nodeSelector") or {})
         if view.crd_has_default and not defaults and not selector:
@@ -465,72 +555,57 @@ def _plan_canary_pool(
             "changes, so the upgrade controller restarts the driver pod of each of its nodes once (same driver, "
             "within maxUnavailable)"
         )
-    if canary_cr is None:
-        production_spec = dict(owner_of_canaries.get("spec") or {})
-        pinned = DriverTarget(
-            version=str(production_spec.get("version") or request.target.version),
-            repository=production_spec.get("repository"),
-            image=production_spec.get("image"),
-        )
-        spec = {
-            key: value
-            for key, value in production_spec.items()
-            if key not in ("nodeSelector", "default", "nodeAffinity", "upgradePolicy")
-        }
-        spec.update(pinned.fields_for(production_spec))
-        spec.update({"default": False, "nodeSelector": dict(request.canary_selector)})
-        spec.setdefault("driverType", "gpu")
-        body = {
-            "apiVersion": "nvidia.com/v1alpha1",
-            "kind": "NVIDIADriver",
-            "metadata": {"name": request.canary_driver_name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
-            "spec": spec,
-        }
-        writes.append(
-            Write(
-                op="create",
-                kind="NVIDIADriver",
-                name=request.canary_driver_name,
-                why=f"canary pool at the production driver {pinned.version}: its nodes are cordoned, emptied of GPU "
-                "pods, moved to it and uncordoned before the target is set",
-                phase=PHASE_SCOPE,
-                desired=body,
-            )
-        )
-        writes.append(
-            Write(
-                op="patch",
-                kind="NVIDIADriver",
-                name=request.canary_driver_name,
-                why="target driver on the canary pool",
-                phase=PHASE_TARGET,
-                desired=desired_nvidia_driver(body, target=request.target),
-                patch=merge_patch_for(body, desired_nvidia_driver(body, target=request.target)),
-                before=body,
-            )
-        )
-        return PinWait(driver_name=request.canary_driver_name, nodes=tuple(canary_nodes))
-    selector_desired = desired_nvidia_driver(canary_cr, node_selector=request.canary_selector)
-    writes.append(
-        _patch_write(
-            kind="NVIDIADriver",
-            obj=canary_cr,
-            desired=selector_desired,
-            why="canary pool selector",
-            phase=PHASE_SCOPE,
-        )
+
+
+def _new_canary_driver_writes(
+    request: RolloutRequest, *, target: DriverTarget, production_cr: Mapping[str, Any]
+) -> List[Write]:
+    """Create the canary NVIDIADriver at the production driver, then set the target on it.
+
+    Two steps so the canary nodes' driver pods first move to its DaemonSet at the same version, and the
+    upgrade itself goes through the upgrade controller like any other.
+    """
+    production_spec = dict(production_cr.get("spec") or {})
+    pinned = DriverTarget(
+        version=str(production_spec.get("version") or target.version),
+        repository=production_spec.get("repository"),
+        image=production_spec.get("image"),
     )
-    desired = desired_nvidia_driver(canary_cr, target=request.target, upgrade_policy=request.upgrade_policy)
-    writes.append(
-        _patch_write(
+    spec = {
+        key: value
+        for key, value in production_spec.items()
+        if key not in ("nodeSelector", "default", "nodeAffinity", "upgradePolicy")
+    }
+    spec.update(pinned.fields_for(production_spec))
+    spec.update({"default": False, "nodeSelector": dict(request.canary_selector)})
+    spec.setdefault("driverType", "gpu")
+    body = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "NVIDIADriver",
+        "metadata": {"name": request.canary_driver_name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "spec": spec,
+    }
+    return [
+        Write(
+            op="create",
             kind="NVIDIADriver",
-            obj=canary_cr,
-            desired=desired,
+            name=request.canary_driver_name,
+            why=f"canary pool at the production driver {pinned.version}: its nodes are cordoned, emptied of GPU "
+            "pods, moved to it and uncordoned before the target is set",
+            phase=PHASE_SCOPE,
+            desired=body,
+        ),
+        Write(
+            op="patch",
+            kind="NVIDIADriver",
+            name=request.canary_driver_name,
             why="target driver on the canary pool",
             phase=PHASE_TARGET,
-        )
-    )
-    return None
+            desired=desired_nvidia_driver(body, target=target),
+            patch=merge_patch_for(body, desired_nvidia_driver(body, target=target)),
+            before=body,
+        ),
+    ]
 
 
 def _first_label(request: RolloutRequest) -> str:

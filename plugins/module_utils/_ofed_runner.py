@@ -64,6 +64,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_plan import
     select_targets,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
+    CapacityBudget,
     MaxUnavailable,
     capacity_budget,
     node_name,
@@ -81,6 +82,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     wait_for_jobs_step,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import (
+    PoolNode,
     ScheduleLimits,
     natural_key,
     next_nodes_to_start,
@@ -435,6 +437,161 @@ class AutoTimeline:
         ]
 
 
+@dataclass(frozen=True)
+class _AutoSchedule:
+    """The pacing of an ``auto_upgrade`` run as its first read implies it (pure data, computed once)."""
+
+    budget: CapacityBudget
+    limits: ScheduleLimits
+    # Every node of the pool as the first read saw it.
+    observed: Dict[str, AutoNode]
+    # Targets under a skip label someone else set: left out of the order, never released.
+    held_by_others: List[str]
+    order: List[str]
+    canaries: Tuple[str, ...]
+    pool: Dict[str, PoolNode]
+
+
+def _auto_schedule(options: OfedRolloutOptions, view: ClusterView) -> _AutoSchedule:
+    """Budget, limits and order of the targets the controller may take, from the cluster as read."""
+    by_name = {node_name(node): node for node in view.nodes}
+    pool_objects = [by_name[name] for name in view.selection.pool]
+    budget = capacity_budget(max_unavailable=options.max_unavailable, pool_nodes=pool_objects)
+    limits = ScheduleLimits(
+        max_unavailable=budget.max_unavailable,
+        max_parallel=options.max_parallel,
+        max_per_domain=options.max_per_domain if options.failure_domain_label else 0,
+    )
+    version = options.target_version
+    observed = {name: auto_node(by_name[name], view.pods.get(name), version=version) for name in view.selection.pool}
+    held_by_others = sorted(
+        (name for name in view.selection.targets if observed[name].held and not observed[name].held_by_us),
+        key=natural_key,
+    )
+    targets = [name for name in view.selection.targets if name not in held_by_others]
+    pool = pool_from_objects(pool_objects, domain_label=options.failure_domain_label)
+    order = rollout_order(targets, pool=pool, canaries=[n for n in view.selection.canaries if n in targets])
+    canaries = tuple(n for n in view.selection.canaries if n in targets)
+    return _AutoSchedule(
+        budget=budget,
+        limits=limits,
+        observed=observed,
+        held_by_others=held_by_others,
+        order=order,
+        canaries=canaries,
+        pool=pool,
+    )
+
+
+def _nodes_to_hold(pool: Sequence[str], schedule: _AutoSchedule, *, start_now: Sequence[str]) -> List[str]:
+    """Every node of the pool that is not at the target and not released now waits under the skip label.
+
+    A node the controller already works on is left alone: a skip label would not stop it, only hide it.
+    """
+    observed = schedule.observed
+    return [
+        name
+        for name in pool
+        if name not in start_now
+        and name not in schedule.held_by_others
+        and not observed[name].done
+        and not observed[name].held
+        and observed[name].state in IDLE_STATES
+    ]
+
+
+@dataclass
+class _AutoPacer:
+    """Releases the nodes of an ``auto_upgrade`` run as the budget allows, and records what it saw.
+
+    One object because deciding, releasing and observing share what this run released: a node it
+    released counts as running even while its state label still says upgrade-required.
+    """
+
+    api: KubeApi
+    options: OfedRolloutOptions
+    schedule: _AutoSchedule
+    pool: Sequence[str]
+    now: Callable[[], datetime.datetime]
+    timeline: AutoTimeline = field(default_factory=AutoTimeline)
+    released_now: List[str] = field(default_factory=list)
+
+    def decide(
+        self, nodes: Mapping[str, AutoNode], current_pool: Mapping[str, Any]
+    ) -> Tuple[List[str], Dict[str, str]]:
+        """The nodes to release now, and why the others wait."""
+        order = self.schedule.order
+        finished = [name for name in order if nodes[name].done]
+        failed = [name for name in order if nodes[name].failed]
+        # Running: the controller is working on it (a state past upgrade-required: the skip label no longer
+        # stops it there, so a label put on by someone else changes nothing), or this run released it.
+        running = [
+            name
+            for name in order
+            if name not in finished
+            and name not in failed
+            and ((name in self.released_now and not nodes[name].held) or nodes[name].state not in IDLE_STATES)
+        ]
+        decision = next_nodes_to_start(
+            order=order,
+            pool=current_pool,
+            limits=self.schedule.limits,
+            running=running,
+            finished=finished,
+            failed=failed,
+            canaries=self.schedule.canaries,
+        )
+        return list(decision.start), dict(decision.waiting)
+
+    def release(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.api.patch(NODES, name, release_patch(), patch_type="merge")
+            self.timeline.released[name] = iso(self.now())
+            self.released_now.append(name)
+
+    def observe(self) -> Dict[str, AutoNode]:
+        """Read the targets' states, halt at a failed one, release whatever the budget now allows."""
+        nodes = {node_name(node): node for node in self.api.list(NODES)}
+        pods = mofed_pods_by_node(list_mofed_pods(self.api, self.options))
+        version = self.options.target_version
+        order = self.schedule.order
+        current = {name: auto_node(nodes[name], pods.get(name), version=version) for name in order if name in nodes}
+        self.timeline.observe(list(current.values()), moment=iso(self.now()))
+        self._halt_at_failed(current, pods)
+        more, _waiting = self.decide(
+            current,
+            pool_from_objects(
+                [nodes[name] for name in self.pool if name in nodes],
+                domain_label=self.options.failure_domain_label,
+            ),
+        )
+        self.release(more)
+        if more:
+            current.update({name: AutoNode(name, current[name].state, False, False, False) for name in more})
+        return current
+
+    def _halt_at_failed(self, current: Mapping[str, AutoNode], pods: Mapping[str, MofedPod]) -> None:
+        failed = [name for name in self.schedule.order if name in current and current[name].failed]
+        if failed:
+            pod = pods.get(failed[0])
+            reason = (pod_failure(pod, restart_limit=0) if pod is not None else "") or last_warning(self.api, failed[0])
+            raise RolloutHaltedError(
+                f"Node {failed[0]} is upgrade-failed ({reason}). The nodes not yet released stay held "
+                f"with {SKIP_LABEL}=true",
+                node=failed[0],
+            )
+
+    def all_done(self, nodes: Mapping[str, AutoNode]) -> bool:
+        return all(nodes[name].done for name in self.schedule.order if name in nodes)
+
+    def outcome(self, name: str) -> str:
+        states = self.timeline.states.get(name) or [{"state": ""}]
+        return states[-1]["state"] or "unknown"
+
+    def timeline_list(self) -> List[Dict[str, Any]]:
+        return self.timeline.as_list(self.schedule.order, outcome=self.outcome)
+
+
 def run_auto_upgrade(
     api: KubeApi,
     options: OfedRolloutOptions,
@@ -445,73 +602,22 @@ def run_auto_upgrade(
 ) -> Dict[str, Any]:
     """Hand the rollout to the operator's upgrade controller; hold nodes with the skip label to keep the budget."""
     started = clock()
-    version = options.target_version
-    by_name = {node_name(node): node for node in view.nodes}
-    pool_objects = [by_name[name] for name in view.selection.pool]
-    budget = capacity_budget(max_unavailable=options.max_unavailable, pool_nodes=pool_objects)
-    limits = ScheduleLimits(
-        max_unavailable=budget.max_unavailable,
-        max_parallel=options.max_parallel,
-        max_per_domain=options.max_per_domain if options.failure_domain_label else 0,
-    )
-    observed = {name: auto_node(by_name[name], view.pods.get(name), version=version) for name in view.selection.pool}
-    held_by_others = sorted(
-        (name for name in view.selection.targets if observed[name].held and not observed[name].held_by_us),
-        key=natural_key,
-    )
-    targets = [name for name in view.selection.targets if name not in held_by_others]
-    pool = pool_from_objects(pool_objects, domain_label=options.failure_domain_label)
-    order = rollout_order(targets, pool=pool, canaries=[n for n in view.selection.canaries if n in targets])
-    canaries = tuple(n for n in view.selection.canaries if n in targets)
-
-    released_now: List[str] = []  # nodes this run released: running even while still upgrade-required
-
-    def decide(nodes: Mapping[str, AutoNode], current_pool: Mapping[str, Any]) -> Tuple[List[str], Dict[str, str]]:
-        finished = [name for name in order if nodes[name].done]
-        failed = [name for name in order if nodes[name].failed]
-        # Running: the controller is working on it (a state past upgrade-required: the skip label no longer
-        # stops it there, so a label put on by someone else changes nothing), or this run released it.
-        running = [
-            name
-            for name in order
-            if name not in finished
-            and name not in failed
-            and ((name in released_now and not nodes[name].held) or nodes[name].state not in IDLE_STATES)
-        ]
-        decision = next_nodes_to_start(
-            order=order,
-            pool=current_pool,
-            limits=limits,
-            running=running,
-            finished=finished,
-            failed=failed,
-            canaries=canaries,
-        )
-        return list(decision.start), dict(decision.waiting)
-
-    start_now, waiting = decide(observed, pool)
-    # Every node of the pool that is not at the target and not released now waits under the skip label.
-    # A node the controller already works on is left alone: a skip label would not stop it, only hide it.
-    to_hold = [
-        name
-        for name in view.selection.pool
-        if name not in start_now
-        and name not in held_by_others
-        and not observed[name].done
-        and not observed[name].held
-        and observed[name].state in IDLE_STATES
-    ]
-    to_release = [name for name in start_now if observed[name].held_by_us]
+    schedule = _auto_schedule(options, view)
+    order = schedule.order
+    pacer = _AutoPacer(api=api, options=options, schedule=schedule, pool=view.selection.pool, now=now)
+    start_now, waiting = pacer.decide(schedule.observed, schedule.pool)
+    to_hold = _nodes_to_hold(view.selection.pool, schedule, start_now=start_now)
+    to_release = [name for name in start_now if schedule.observed[name].held_by_us]
     plan = {
         "mode": MODE_AUTO_UPGRADE,
         "order": order,
-        "canaries": list(canaries),
-        "budget": budget.as_dict(),
+        "canaries": list(schedule.canaries),
+        "budget": schedule.budget.as_dict(),
         "max_parallel": options.max_parallel,
         "starts_now": start_now,
         "hold": to_hold,
         "release": to_release,
-        "held_by_others": held_by_others,
+        "held_by_others": schedule.held_by_others,
         "waiting": waiting,
         "policy_patch": view.policy_patch,
     }
@@ -526,63 +632,36 @@ def run_auto_upgrade(
         return result
     for name in to_hold:
         api.patch(NODES, name, hold_patch(options.rollout_name), patch_type="merge")
-    timeline = AutoTimeline()
     patches = apply_policy(api, options, view)
     result["patches"] = patches
     result["changed"] = bool(patches or to_hold or to_release or order)
+    pacer.release(start_now)
+    _await_auto_upgrade(pacer, result=result, started=started, clock=clock)
+    return result
 
-    def release(names: Sequence[str]) -> None:
-        for name in names:
-            api.patch(NODES, name, release_patch(), patch_type="merge")
-            timeline.released[name] = iso(now())
-            released_now.append(name)
 
-    release(start_now)
+def _await_auto_upgrade(
+    pacer: _AutoPacer, *, result: Dict[str, Any], started: float, clock: Callable[[], float]
+) -> None:
+    """Wait (when asked) until every target is upgrade-done, releasing nodes as the budget frees up.
 
-    def observe() -> Dict[str, AutoNode]:
-        nodes = {node_name(node): node for node in api.list(NODES)}
-        pods = mofed_pods_by_node(list_mofed_pods(api, options))
-        current = {name: auto_node(nodes[name], pods.get(name), version=version) for name in order if name in nodes}
-        timeline.observe(list(current.values()), moment=iso(now()))
-        failed = [name for name in order if name in current and current[name].failed]
-        if failed:
-            pod = pods.get(failed[0])
-            reason = (pod_failure(pod, restart_limit=0) if pod is not None else "") or last_warning(api, failed[0])
-            raise RolloutHaltedError(
-                f"Node {failed[0]} is upgrade-failed ({reason}). The nodes not yet released stay held "
-                f"with {SKIP_LABEL}=true",
-                node=failed[0],
-            )
-        more, _waiting = decide(
-            current,
-            pool_from_objects(
-                [nodes[name] for name in view.selection.pool if name in nodes],
-                domain_label=options.failure_domain_label,
-            ),
-        )
-        release(more)
-        if more:
-            current.update({name: AutoNode(name, current[name].state, False, False, False) for name in more})
-        return current
-
-    def outcome(name: str) -> str:
-        states = timeline.states.get(name) or [{"state": ""}]
-        return states[-1]["state"] or "unknown"
-
+    Fills in ``result``; on a failed node or a timeout raises RolloutHaltedError carrying it.
+    """
+    options = pacer.options
     try:
         if options.wait:
             wait_until(
-                observe,
-                lambda nodes: all(nodes[name].done for name in order if name in nodes),
+                pacer.observe,
+                pacer.all_done,
                 timeout=float(options.wait_timeout),
                 sleep=options.wait_sleep,
-                what=f"every targeted node to reach upgrade-done at {version}",
+                what=f"every targeted node to reach upgrade-done at {options.target_version}",
             )
     except GpuFleetError as err:
         result.update(
             halted=True,
             halt_reason=err.msg,
-            timeline=timeline.as_list(order, outcome=outcome),
+            timeline=pacer.timeline_list(),
             elapsed=clock() - started,
         )
         result["failures"] = [
@@ -592,12 +671,11 @@ def run_auto_upgrade(
         ]
         raise RolloutHaltedError(err.msg, node=getattr(err, "node", ""), result=result) from err
     result.update(
-        timeline=timeline.as_list(order, outcome=outcome),
+        timeline=pacer.timeline_list(),
         failures=[],
-        nodes_done=list(order) if options.wait else [],
+        nodes_done=list(pacer.schedule.order) if options.wait else [],
         elapsed=clock() - started,
     )
-    return result
 
 
 def last_warning(api: KubeApi, node: str) -> str:

@@ -321,17 +321,7 @@ def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional
                     result["patches"].append({"op": "patch", "kind": "MachineConfigPool", "name": options.name,
                                               "patch": sent})  # fmt: skip
     if options.state in ("present", "absent"):
-        label = role_label(options.name)
-        for node in result["members_added"]:
-            result["changed"] = True
-            if not options.check_mode:
-                api.patch(NODES, node, {"metadata": {"labels": {label: ""}}})
-                result["patches"].append({"op": "patch", "kind": "Node", "name": node, "labels": {label: ""}})
-        for node in result["members_removed"]:
-            result["changed"] = True
-            if not options.check_mode:
-                api.patch(NODES, node, {"metadata": {"labels": {label: None}}})
-                result["patches"].append({"op": "patch", "kind": "Node", "name": node, "labels": {label: None}})
+        _write_membership(api, options, result=result)
     if options.state == "absent" and current is not None:
         result["changed"] = True
         after = {}
@@ -361,6 +351,21 @@ def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional
     result["elapsed"] = round(clock.monotonic() - started, 3)
     result["api_requests"] = api.requests_sent
     return result
+
+
+def _write_membership(api: KubeApi, options: PoolOptions, *, result: Dict[str, Any]) -> None:
+    """Give the pool's role label to the nodes ``result`` says join it and take it off those that leave."""
+    label = role_label(options.name)
+    for node in result["members_added"]:
+        result["changed"] = True
+        if not options.check_mode:
+            api.patch(NODES, node, {"metadata": {"labels": {label: ""}}})
+            result["patches"].append({"op": "patch", "kind": "Node", "name": node, "labels": {label: ""}})
+    for node in result["members_removed"]:
+        result["changed"] = True
+        if not options.check_mode:
+            api.patch(NODES, node, {"metadata": {"labels": {label: None}}})
+            result["patches"].append({"op": "patch", "kind": "Node", "name": node, "labels": {label: None}})
 
 
 # -- ClusterVersion -----------------------------------------------------------------------------------

@@ -927,6 +927,19 @@ class _NodeWorker:
             record.detail = dict(detail)
 
 
+@dataclass
+class _RoundsOutcome:
+    """What the rounds of one rollout left: the node runs, and why it halted (empty when it did not)."""
+
+    runs: List[NodeRun]
+    # The scheduler's latest decision: on a halt, its reasons are why the nodes not started wait.
+    last_decision: StartDecision
+    halt_reason: str = ""
+    peak_unavailable: int = 0
+    # Every alert that held a node back, and those still firing when the alerts gate gave up.
+    alerts: Dict[str, List[str]] = field(default_factory=lambda: {"held_for": [], "firing": []})
+
+
 def execute_rollout(
     cluster: RolloutCluster,
     *,
@@ -976,70 +989,37 @@ def execute_rollout(
         resumed=plan.goes_first,
         finished={*plan.skipped, *plan.released},
     )
-
-    def observe() -> Dict[str, PoolNode]:
-        return pool_from_objects(cluster.pool_nodes(), domain_label=settings.failure_domain_label)
-
     # Released nodes only become available again: no budget to ask, before anything starts.
-    runs: List[NodeRun] = [worker.release(name) for name in plan.released]
-    alerts: Dict[str, List[str]] = {"held_for": [], "firing": []}
-    halt_reason = ""
-    peak_unavailable = 0
-    last_decision = plan.first_decision
-    in_flight: Dict[concurrent.futures.Future, str] = {}
-    workers = settings.max_parallel or max(1, len(plan.order))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout") as executor:
-        # Each round starts nodes or collects at least one finished node (or waits for the
-        # budget once), so the rounds are bounded by the number of nodes.
-        for _round in range(2 * len(plan.order) + 8):
-            if not scheduler.halted and scheduler.pending:
-                halt_reason = _hold_for_alerts(
-                    scheduler, observe, settings=settings, alerts=alerts, clock=clock, pause=pause, cluster=cluster
-                )
-                if halt_reason:
-                    break
-                last_decision = scheduler.decide(observe())
-                peak_unavailable = max(peak_unavailable, last_decision.unavailable_after)
-                for name in last_decision.start:
-                    in_flight[executor.submit(worker.run, name)] = name
-                if not in_flight:
-                    halt_reason = _wait_for_budget(scheduler, observe, settings=settings, clock=clock, pause=pause)
-                    if halt_reason:
-                        break
-                    continue
-            if not in_flight:
-                break
-            finished, _pending = concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in sorted(finished, key=lambda item: plan.order.index(in_flight[item])):
-                in_flight.pop(future)
-                run = future.result()
-                runs.append(run)
-                if run.outcome == STATE_DONE:
-                    scheduler.node_finished(run.node)
-                else:
-                    scheduler.node_failed(run.node)
-        # Never abandon a node that is running: collect whatever is still in flight.
-        for future in concurrent.futures.as_completed(list(in_flight)):
-            runs.append(future.result())
-    if not halt_reason and (in_flight or (scheduler.pending and not scheduler.halted)):
-        halt_reason = "the scheduler stopped making progress"
+    progress = _RoundsOutcome(runs=[worker.release(name) for name in plan.released], last_decision=plan.first_decision)
+    _run_rounds(
+        progress,
+        cluster=cluster,
+        plan=plan,
+        settings=settings,
+        worker=worker,
+        scheduler=scheduler,
+        clock=clock,
+        pause=pause,
+    )
 
+    runs = progress.runs
+    halt_reason = progress.halt_reason
     failed = [run for run in runs if run.outcome == STATE_FAILED]
     if failed and not halt_reason:
         first = failed[0]
         halt_reason = f"node {first.node} failed at step {first.failed_step}: {first.error}"
-    waiting = dict(last_decision.waiting) if halt_reason else {}
+    waiting = dict(progress.last_decision.waiting) if halt_reason else {}
     result.update(_summary(plan, runs=runs, waiting=waiting))
     result.update(
         changed=bool(runs),
         halted=bool(halt_reason),
         halt_reason=halt_reason,
-        peak_unavailable=peak_unavailable,
+        peak_unavailable=progress.peak_unavailable,
         elapsed=clock() - started,
         warnings=list(getattr(cluster, "warnings", [])),
     )
     if settings.alerts is not None:
-        result.update(alerts_held_for=alerts["held_for"], held_by_alerts=alerts["firing"])
+        result.update(alerts_held_for=progress.alerts["held_for"], held_by_alerts=progress.alerts["firing"])
     if halt_reason:
         raise RolloutHaltedError(
             f"Rollout {settings.name} halted: {halt_reason}",
@@ -1047,6 +1027,81 @@ def execute_rollout(
             result=result,
         )
     return result
+
+
+def _run_rounds(
+    progress: _RoundsOutcome,
+    *,
+    cluster: RolloutCluster,
+    plan: RolloutPlan,
+    settings: RolloutSettings,
+    worker: _NodeWorker,
+    scheduler: ContinuousScheduler,
+    clock: Callable[[], float],
+    pause: Callable[[float], None],
+) -> None:
+    """Start nodes as soon as the scheduler allows, each on a thread of its own, until none is pending or the
+    rollout halts; nodes under way are always waited for. Records the runs and the halt reason in ``progress``."""
+
+    def observe() -> Dict[str, PoolNode]:
+        return pool_from_objects(cluster.pool_nodes(), domain_label=settings.failure_domain_label)
+
+    in_flight: Dict[concurrent.futures.Future, str] = {}
+    workers = settings.max_parallel or max(1, len(plan.order))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout") as executor:
+        # Each round starts nodes or collects at least one finished node (or waits for the
+        # budget once), so the rounds are bounded by the number of nodes.
+        for _round in range(2 * len(plan.order) + 8):
+            if not scheduler.halted and scheduler.pending:
+                progress.halt_reason = _hold_for_alerts(
+                    scheduler,
+                    observe,
+                    settings=settings,
+                    alerts=progress.alerts,
+                    clock=clock,
+                    pause=pause,
+                    cluster=cluster,
+                )
+                if progress.halt_reason:
+                    break
+                progress.last_decision = scheduler.decide(observe())
+                progress.peak_unavailable = max(progress.peak_unavailable, progress.last_decision.unavailable_after)
+                for name in progress.last_decision.start:
+                    in_flight[executor.submit(worker.run, name)] = name
+                if not in_flight:
+                    progress.halt_reason = _wait_for_budget(
+                        scheduler, observe, settings=settings, clock=clock, pause=pause
+                    )
+                    if progress.halt_reason:
+                        break
+                    continue
+            if not in_flight:
+                break
+            _collect_finished(in_flight, plan=plan, scheduler=scheduler, runs=progress.runs)
+        # Never abandon a node that is running: collect whatever is still in flight.
+        for future in concurrent.futures.as_completed(list(in_flight)):
+            progress.runs.append(future.result())
+    if not progress.halt_reason and (in_flight or (scheduler.pending and not scheduler.halted)):
+        progress.halt_reason = "the scheduler stopped making progress"
+
+
+def _collect_finished(
+    in_flight: Dict[concurrent.futures.Future, str],
+    *,
+    plan: RolloutPlan,
+    scheduler: ContinuousScheduler,
+    runs: List[NodeRun],
+) -> None:
+    """Wait for at least one running node to finish; record each finished one and tell the scheduler."""
+    finished, _pending = concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
+    for future in sorted(finished, key=lambda item: plan.order.index(in_flight[item])):
+        in_flight.pop(future)
+        run = future.result()
+        runs.append(run)
+        if run.outcome == STATE_DONE:
+            scheduler.node_finished(run.node)
+        else:
+            scheduler.node_failed(run.node)
 
 
 def _hold_for_alerts(
