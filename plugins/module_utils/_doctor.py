@@ -82,6 +82,8 @@ STATES_NEEDING_PODS = (
     "validation-required",
     "upgrade-failed",
 )
+# The kubelet's waiting reasons of a container whose image it cannot pull (kubelet images/types.go).
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 # k8s-operator-libs isDriverPodFailing: a container not Ready that restarted more than 10 times.
 DRIVER_RESTART_LIMIT = 10
 # OpenShift rotates the kubelet client CA at 292 days and drops the old one at 365: a paused pool holds the new one.
@@ -144,6 +146,12 @@ CAUSES: Dict[str, Tuple[str, str]] = {
     "driver_pod_crashloop": (
         "the new driver pod crash-loops",
         "fix what its last message says (kernel headers, driver toolkit image, image pull), then delete the pod",
+    ),
+    "driver_image_pull": (
+        "the new driver pod cannot pull its image, so it never starts (and, never restarting, is never marked "
+        "upgrade-failed)",
+        "make the image pullable: fix the policy's repository, image or version (a tag built for the node's OS), "
+        "the pull secret or the registry; the kubelet retries the pull by itself",
     ),
     "validator_failing": (
         "the operator validator on the node does not become Ready",
@@ -355,6 +363,30 @@ def _container_problem(pod: Mapping[str, Any]) -> Tuple[int, str, str]:
         if (restarts, bool(message)) > (worst[0], bool(worst[2])):
             worst = (restarts, reason, message)
     return worst
+
+
+def image_pull_problem(pod: Mapping[str, Any]) -> Optional[Dict[str, str]]:
+    """{container, image, reason, message} of the first container of the pod waiting for an image it cannot pull."""
+    status = pod.get("status") or {}
+    for container in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in IMAGE_PULL_REASONS:
+            return {
+                "container": str(container.get("name") or ""),
+                "image": str(container.get("image") or ""),
+                "reason": str(waiting["reason"]),
+                "message": str(waiting.get("message") or ""),
+            }
+    return None
+
+
+def _set_image_pull(finding: Finding, pod: Mapping[str, Any], problem: Mapping[str, str]) -> None:
+    _set(
+        finding,
+        "driver_image_pull",
+        f"driver pod {pod_key(pod)} cannot pull {problem['image']} ({problem['reason']}: {problem['message']})",
+        {"driver_pod": pod_key(pod), **problem},
+    )
 
 
 def failing_log_line(log: str) -> str:
@@ -868,6 +900,15 @@ def _check_not_ready(stuck: _StuckNode) -> bool:
     return False
 
 
+def _check_image_pull(stuck: _StuckNode) -> bool:
+    """A new driver pod that cannot pull its image: upstream waits for it in pod-restart-required for ever."""
+    problem = image_pull_problem(stuck.driver_pod)
+    if problem is None or stuck.finding.state not in ("pod-restart-required", "upgrade-failed"):
+        return False
+    _set_image_pull(stuck.finding, stuck.driver_pod, problem)
+    return True
+
+
 def _check_driver_crashloop(stuck: _StuckNode) -> bool:
     """A crash-looping driver pod, or GPU consumers without requests holding the driver."""
     view = stuck.view
@@ -1087,6 +1128,7 @@ def _in_progress(
 
 _IN_PROGRESS_CHECKS = (
     _check_not_ready,
+    _check_image_pull,
     _check_driver_crashloop,
     _check_waiting_for_jobs,
     _check_eviction,
@@ -1134,6 +1176,7 @@ def _ofed_findings(
         pods = view.pods_by_node.get(name, [])
         mofed = pods_by_node.get(name) or {}
         restarts, _reason, message = _container_problem(mofed) if mofed else (0, "", "")
+        pull = image_pull_problem(mofed) if mofed else None
         if not auto_upgrade:
             _set(
                 finding,
@@ -1155,6 +1198,8 @@ def _ofed_findings(
                 "slots held by upgrade-failed " + ", ".join(failed),
                 {"upgrade_failed_nodes": failed},
             )
+        elif pull is not None:
+            _set_image_pull(finding, mofed, pull)
         elif restarts > 0:
             _set(
                 finding,

@@ -537,3 +537,25 @@ def test_a_rollout_in_progress_is_stuck_only_once_its_run_is_gone():
     assert [(f["node"], f["cause"], f["state"]) for f in result["findings"]] == [
         ("a", "rollout_interrupted", "in-progress at reload-driver")
     ]
+
+
+def test_a_driver_pod_that_cannot_pull_its_image_is_named_with_the_image():
+    pulling = driver("a")
+    pulling["status"] = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": "nvidia-driver-ctr",
+                "image": "nvcr.io/nvidia/driver:570.124.06-rhcos4.16",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x"'}},
+            }
+        ],
+    }
+    result = diagnose(view([node("a", "pod-restart-required", cordoned=True)], pods=[pulling]))
+    finding = result["findings"][0]
+    assert finding["cause"] == "driver_image_pull"
+    assert finding["evidence"]["image"] == "nvcr.io/nvidia/driver:570.124.06-rhcos4.16"
+    assert finding["evidence"]["reason"] == "ImagePullBackOff"
+    assert finding["remediation"] is None
