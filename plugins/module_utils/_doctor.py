@@ -188,8 +188,8 @@ CAUSES: Dict[str, Tuple[str, str]] = {
     "rollout_step_failed": (
         "a rollout of this collection stopped the node at a failed step (the node stays cordoned, later runs halt "
         "on it)",
-        "fix what the step's message names, then take the stage's Next: the same stage again resumes the node from "
-        "that step, stage=rollback undoes it",
+        "fix what the step's message names, then take the stage's own way on (the same stage run again resumes the "
+        "node from that step; a rollback undoes it)",
     ),
     "upgrade_failed": (
         "the upgrade controller marked the node upgrade-failed; no cause is visible any more",
