@@ -141,7 +141,8 @@ CAUSES: Dict[str, Tuple[str, str]] = {
     "gpu_consumers_without_request": (
         "pods use the GPUs without requesting nvidia.com/gpu, so the controller does not evict them and the driver "
         "stays in use",
-        "remove the named pods from the node (the doctor evicts them when they match remediate_pod_selector)",
+        "remove the named pods from the node (the doctor evicts them when they match remediate_pod_selector); a "
+        "DaemonSet's pod comes back, so keep the DaemonSet off the node for the upgrade",
     ),
     "driver_pod_crashloop": (
         "the new driver pod crash-loops",
@@ -486,14 +487,7 @@ def gpu_consumers_without_request(
                     if not how and env.get("name") == "NVIDIA_VISIBLE_DEVICES" and value not in ("", "void", "none"):
                         how = f"NVIDIA_VISIBLE_DEVICES={value}"
         if how:
-            owner = pod_controller(pod)
-            found.append(
-                {
-                    "pod": pod_key(pod),
-                    "how": how,
-                    "owner": f"{owner.get('kind')}/{owner.get('name')}" if owner else "none",
-                }
-            )
+            found.append({"pod": pod_key(pod), "how": how, "owner": _owner_of(pod)})
     return found
 
 
@@ -1142,15 +1136,29 @@ def _consumers_detail(consumers: Sequence[Mapping[str, str]]) -> str:
 
 
 def _offer_eviction(finding: Finding, pods: Sequence[Mapping[str, str]], options: DoctorOptions) -> None:
-    """Evicting is offered only for the pods the user's selector names (checked again on the live pods)."""
-    if not options.remediate_pod_selector:
+    """Evicting is offered only for the pods the user's selector names (checked again on the live pods), and never
+    for a DaemonSet's: its controller puts the pod back on the node at once (it tolerates the cordon)."""
+    daemons = [item for item in pods if str(item.get("owner") or "").startswith("DaemonSet/")]
+    if daemons:
+        finding.warnings.append(
+            f"{', '.join(item['pod'] for item in daemons)} belong to "
+            f"{', '.join(sorted({str(item['owner']) for item in daemons}))}: evicting would only bring them back; keep "
+            "the DaemonSet off the node for the upgrade (its nodeSelector or affinity)"
+        )
+    evictable = [item for item in pods if item not in daemons]
+    if not options.remediate_pod_selector or not evictable:
         return
     finding.remediation = Remediation(
         action="evict_pods",
         node=finding.node,
-        target={"pods": [item["pod"] for item in pods], "selector": options.remediate_pod_selector},
+        target={"pods": [item["pod"] for item in evictable], "selector": options.remediate_pod_selector},
         description=f"evict the pods on {finding.node} matching {options.remediate_pod_selector}",
     )
+
+
+def _owner_of(pod: Mapping[str, Any]) -> str:
+    owner = pod_controller(pod)
+    return f"{owner.get('kind')}/{owner.get('name')}" if owner else "none"
 
 
 def _ofed_findings(
@@ -1209,7 +1217,11 @@ def _ofed_findings(
             )
         elif state in ("drain-required", "pod-restart-required", "wait-for-jobs-required", "upgrade-failed"):
             secondary = [
-                {"pod": pod_key(pod), "networks": _annotations(pod).get(MULTUS_NETWORKS_ANNOTATION, "")}
+                {
+                    "pod": pod_key(pod),
+                    "networks": _annotations(pod).get(MULTUS_NETWORKS_ANNOTATION, ""),
+                    "owner": _owner_of(pod),
+                }
                 for pod in pods
                 if pod_uses_secondary_network(pod) and (pod.get("status") or {}).get("phase") == "Running"
             ]

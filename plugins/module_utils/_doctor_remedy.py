@@ -47,6 +47,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
     label_selector_matches,
     list_pods_on_node,
     parse_label_selector,
+    pod_controller,
     pod_key,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
@@ -182,6 +183,8 @@ def _evict(api: KubeApi, action: Remediation, *, check_mode: bool, pod_selector:
         for pod in list_pods_on_node(api, action.node)
         if pod_key(pod) in named
         and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        # A DaemonSet's pod is put back at once (it tolerates the cordon): never evicted.
+        and (pod_controller(pod) or {}).get("kind") != "DaemonSet"
         and label_selector_matches(pod_selector, (pod.get("metadata") or {}).get("labels") or {})
     ]
     if not live:

@@ -100,7 +100,7 @@ def test_secondary_network_pod_diagnosed_evicted_four_passes_then_the_reload_fin
     assert write_requests(twin) == {}, "the diagnosis writes nothing"
     finding = ofed_finding(result)
     assert (finding["state"], finding["cause"]) == ("upgrade-failed", "ofed_secondary_network_pods"), finding
-    assert finding["evidence"]["pods"] == [{"pod": f"{NS}/{POD}", "networks": NETWORKS}]
+    assert finding["evidence"]["pods"] == [{"pod": f"{NS}/{POD}", "networks": NETWORKS, "owner": "none"}]
     assert finding["remediation"] is None, "nothing is evicted without the user's selector"
     assert mofed_versions(twin)[NODE] != NEW
 

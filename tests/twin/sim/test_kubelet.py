@@ -6,6 +6,7 @@ from simharness import SimCluster, pod_manifest
 
 from gpufleet_twin.sim import podutil
 from gpufleet_twin.sim.kubelet import OUTCOME_ANNOTATION, RUN_FOR_ANNOTATION
+from gpufleet_twin.sim.state import NodeHealth, PodPlan
 
 
 def _container(pod: dict) -> dict:
@@ -130,6 +131,34 @@ def test_image_no_registry_serves_waits_in_image_pull_back_off_until_it_is_there
         del cluster.sim.unpullable_images["registry.example/tools"]
         assert await cluster.wait_until(lambda: podutil.is_pod_ready(cluster.pod("default", "puller")), sim_seconds=90)
         assert _container(cluster.pod("default", "puller"))["restartCount"] == 0
+
+    simulate(scenario, nodes=1)
+
+
+def test_a_crash_loop_planned_again_at_restart_runs_once_its_cause_is_gone(simulate) -> None:
+    """The driver that found the old module in use: each restart tries again, and runs once the holder left."""
+    held = {"yes": True}
+
+    def behaviour(pod: dict, node: NodeHealth) -> PodPlan | None:
+        if pod["metadata"]["name"] != "retrier":
+            return None
+        if held["yes"]:
+            return PodPlan(outcome="crashloop", start_after=1, message="in use", reason="Error", replan_on_restart=True)
+        return PodPlan(outcome="ready", start_after=3)
+
+    async def scenario(cluster: SimCluster) -> None:
+        cluster.sim.pod_behaviours.insert(0, behaviour)
+        cluster.create("pod", pod_manifest("retrier", node=cluster.workers[0]))
+        await cluster.run_for(20, step=2)
+        status = _container(cluster.pod("default", "retrier"))
+        assert status["restartCount"] >= 1 and status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        held["yes"] = False
+        assert await cluster.wait_until(
+            lambda: podutil.is_pod_ready(cluster.pod("default", "retrier")), sim_seconds=400
+        )
+        pod = cluster.pod("default", "retrier")
+        assert pod["metadata"]["uid"] and _container(pod)["restartCount"] >= 1, "the same pod, restarted"
+        assert _container(pod)["lastState"]["terminated"]["message"] == "in use"
 
     simulate(scenario, nodes=1)
 

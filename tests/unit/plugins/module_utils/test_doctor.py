@@ -214,6 +214,26 @@ def test_driver_in_use_offers_eviction_only_with_a_selector():
     assert offered["remediations"][0].target["pods"] == ["work/c"]
 
 
+def test_a_daemonset_consumer_is_never_offered_for_eviction():
+    """Its controller puts the pod back at once (DaemonSet pods tolerate the cordon): the doctor says so instead."""
+    in_use = "Could not unload NVIDIA driver kernel modules, driver is in use"
+    daemon = pod("dcgm-x", "a", runtimeClassName="nvidia", labels={"team": "a"}, owner=("DaemonSet", "dcgm"))
+    plain = pod("c", "a", runtimeClassName="nvidia", labels={"team": "a"})
+    current = view(
+        [node("a", "pod-restart-required", cordoned=True)], pods=[driver("a", restarts=3, message=in_use), daemon]
+    )
+    result = diagnose(current, options=DoctorOptions(remediate_pod_selector="team=a"))
+    finding = result["findings"][0]
+    assert finding["cause"] == "gpu_consumers_without_request"
+    assert finding["evidence"]["pods"][0]["owner"] == "DaemonSet/dcgm"
+    assert result["remediations"] == []
+    assert any("DaemonSet/dcgm: evicting would only bring them back" in w for w in finding["warnings"])
+    # Beside a pod that can go, only that one is offered.
+    current.pods_by_node["a"].append(plain)
+    offered = diagnose(current, options=DoctorOptions(remediate_pod_selector="team=a"))
+    assert offered["remediations"][0].target["pods"] == ["work/c"]
+
+
 def test_crash_looping_driver_quotes_its_message_and_log_line():
     message = "Installing NVIDIA driver 570 with the driver toolkit failed: no kernel-devel package matches"
     current = view([node("a", "pod-restart-required", cordoned=True)], pods=[driver("a", restarts=12, message=message)])

@@ -1450,6 +1450,7 @@ class GpuOperator:
                 start_after=self.timings.driver_build_failure,
                 message=DRIVER_IN_USE,
                 reason="Error",
+                replan_on_restart=True,  # the next restart unloads the module once the holder has left
             )
         if not self.sim.driver_builds_for(version, health.kernel, node_name=health.name):
             self._driver_eta[health.name] = (uid, None)

@@ -21,7 +21,9 @@ controller marks them not Ready) and terminating pods stay Terminating, as
 on a real unreachable node.  When it comes back every container restarts
 (``restartCount`` + 1, last state ``Unknown``/255 as after a real reboot)
 with a fresh plan, so a driver that cannot build for the node's new kernel
-now crash-loops.
+now crash-loops.  A crash loop whose plan says so (``PodPlan.replan_on_restart``:
+a new driver that found the old module in use) is planned again at each
+restart, as the container tries again: once the holder has left it runs.
 
 Node status is posted when something in it changes, and otherwise every
 ``status_report_interval`` (the kubelet's ``nodeStatusReportFrequency``,
@@ -594,6 +596,10 @@ class Kubelet:
                 return self._write_status(pod, view, now)
             return self._crash(key, pod, run, now, first_start=started)
         if run.stage == "backoff":
+            if plan.outcome == "crashloop" and plan.replan_on_restart:
+                run.plan = plan = self._sim.plan_for(pod, health)
+                if plan.outcome != "crashloop":
+                    return self._restart_planned_again(key, pod, run, now)
             if plan.outcome == "crashloop":
                 return self._crash(key, pod, run, now, first_start=stamp)
             # A restartable failing container (OnFailure/Always) runs again after its back-off.
@@ -611,6 +617,22 @@ class Kubelet:
             )
             return self._write_status(pod, view, now)
         return 0
+
+    def _restart_planned_again(self, key: PodKey, pod: Obj, run: _PodRun, now: float) -> int:
+        """What crashed the container is gone: the restarted container runs (not Ready) until its new plan's
+        ``start_after`` has passed, then goes the way of a first start."""
+        run.stage = "starting"
+        run.next_at = now + run.plan.start_after
+        self._due.schedule(("pod", key), run.next_at)
+        view = ContainerView(
+            phase="Running",
+            state="running",
+            ready=False,
+            restarts=run.restarts,
+            started_at=self._iso(now),
+            last_terminated=_last_state(pod),
+        )
+        return self._write_status(pod, view, now)
 
     def _pull_failed(self, key: PodKey, pod: Obj, run: _PodRun, now: float, unpullable: tuple[str, str]) -> int:
         """The image cannot be pulled: ErrImagePull on the first failure, ImagePullBackOff after it, the pull retried

@@ -96,6 +96,9 @@ class PodPlan:
     run_for: float | None = None  # for succeeded/failed: seconds Running before it ends
     message: str = ""  # shown as the waiting/terminated reason's message
     reason: str = ""  # e.g. CrashLoopBackOff, Error, Completed
+    # A crash loop whose cause can go away while the pod lives (the old driver module held by a pod that then
+    # leaves): the kubelet asks SimState.plan_for again at each restart, as the container tries again.
+    replan_on_restart: bool = False
     # Side effects of the simulated process, called by the kubelet with the
     # pod object: when its containers become Ready (a driver pod loads its
     # module) and when they stop (pod deleted, node rebooted, container ended).
