@@ -176,3 +176,54 @@ def test_bake_check_is_held_by_a_firing_alert_then_passes_once_it_clears(twin, p
     assert actions_on(events, "ClusterPolicy", "gpu-cluster-policy")[-1] == "BakeCheckPassed"
     assert actions_on(events, "Node", CANARY)[-1] == "BakeCheckPassed"
     assert value(pushed_group(pushgateway, "bake")["gpufleet_upgrade_stage_success"]) == 1
+
+
+def test_a_promotion_holds_its_next_nodes_while_an_alert_fires_and_its_next_finishes_it(
+    twin, prometheus, pushgateway, workspace
+):
+    """The alerts gate between the nodes of a promotion, through playbooks/upgrade.yml: an XID alert starts firing
+    while the promotion's first nodes upgrade; the nodes not started stay held, the stage halts naming the alert and
+    its report's Next says to run the promotion again once the alert stops; that Next finishes the promotion."""
+    from tests.integration.test_clusterpolicy_upgrade import NEW, driver_versions, states, wait_for
+    from tests.integration.test_prometheus import _in_background
+    from tests.integration.test_upgrade_flow import cluster_ledger
+
+    twin.advance(49 * 3600)  # past the bake window, on the twin's clock
+    workers = sorted(twin.companion["published"]["gpu_worker_nodes"])
+    for name in workers:  # two simulated hours a node (12 s here): time for Prometheus to see the XID
+        kubectl(twin, "annotate", "node", name, "twin.gpufleet.io/driver-load-seconds=7200", "--overwrite")
+    thread, box = _in_background(
+        lambda: flow(twin, workspace, prometheus, pushgateway, "promote", upgrade_alert_wait_timeout=4)
+    )
+
+    def started() -> bool:
+        return any(n != CANARY and s not in ("", "upgrade-required") for n, s in states(twin).items())
+
+    wait_for(started, what="the promotion to start a node", timeout=180)
+    twin.admin("POST", "faults", {"type": "ecc_errors", "node": FAULTY, "xid": [48]})
+    try:
+        prometheus.wait_for(lambda: "GPUXidError" in prometheus.firing(), what="the XID alert to fire")
+        thread.join(timeout=600)
+        assert "value" in box, box.get("error")
+        halted = box["value"]
+    finally:
+        twin.admin("DELETE", "faults")
+    assert halted.returncode != 0, halted.output[-4000:]
+    assert "alerts matching '^GPU' are firing: GPUXidError{" in halted.output, halted.output[-4000:]
+    entry = cluster_ledger(twin)[-1]
+    assert (entry["stage"], entry["outcome"]) == ("promote", "failed"), entry
+    assert [alert.split("{")[0] for alert in entry["held_by_alerts"]] == ["GPUXidError"], entry
+    held = [n for n in workers if driver_versions(twin)[n] != NEW]
+    assert held, "the alert held some nodes back"
+    markdown = sorted((workspace / "reports").glob(f"upgrade-{CLUSTER}-promote-*.md"))[-1].read_text()
+    next_line = next(line for line in markdown.splitlines() if line.startswith("| Next |"))
+    assert "Prometheus alerts GPUXidError{" in next_line and "run stage=promote again" in next_line, next_line
+
+    prometheus.wait_for(lambda: "GPUXidError" not in prometheus.firing(), what="the XID alert to clear")
+    finished = flow(twin, workspace, prometheus, pushgateway, "promote", upgrade_alert_wait_timeout=60)
+    assert finished.returncode == 0, finished.output[-4000:]
+    assert "Stage promote: success" in finished.output
+    assert set(driver_versions(twin).values()) == {NEW}
+    assert set(states(twin).values()) <= {"upgrade-done", ""}, states(twin)
+    events = gpufleet_events(twin)
+    assert actions_on(events, "ClusterPolicy", "gpu-cluster-policy")[-1] == "Promoted"
