@@ -307,9 +307,15 @@ def known_bug(name: str) -> list[pytest.MarkDecorator]:
 BROWSER_CHECKS = {"409-conflicts": "canary-mofed", "bmc-job-fails": "canary-firmware-halted"}
 
 
-def cases_of(*names: str) -> list[Any]:
-    """``test_fault``'s parameters for the cases of the groups ``names``, their ids as before the split."""
-    return [pytest.param(g, c, id=f"{g}-{c.name}", marks=known_bug(c.name)) for g, c in CASES if g in names]
+def cases_of(*names: str, mark_long: bool = False) -> list[Any]:
+    """``test_fault``'s parameters for the cases of the groups ``names``, their ids as before the split. With
+    ``mark_long`` each case is marked ``long`` (make test-long) but those BROWSER_CHECKS looks at in a browser:
+    ``make test`` keeps them, so the MOFED and the halted firmware reports are rendered on every run."""
+
+    def marks(name: str) -> list[pytest.MarkDecorator]:
+        return known_bug(name) + ([pytest.mark.long] if mark_long and name not in BROWSER_CHECKS else [])
+
+    return [pytest.param(g, c, id=f"{g}-{c.name}", marks=marks(c.name)) for g, c in CASES if g in names]
 
 
 def run_fault(groups: Groups, group_name: str, case: Case) -> None:

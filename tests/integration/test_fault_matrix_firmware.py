@@ -14,9 +14,9 @@ from .fault_matrix_cases import (
     run_fault,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.long]
+pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(("group_name", "case"), cases_of("firmware"))
+@pytest.mark.parametrize(("group_name", "case"), cases_of("firmware", mark_long=True))
 def test_fault(groups: Groups, group_name: str, case: Case) -> None:
     run_fault(groups, group_name, case)

@@ -21,14 +21,15 @@ from .fault_matrix_cases import (
     run_fault,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.long]
+pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(("group_name", "case"), cases_of("network_operator"))
+@pytest.mark.parametrize(("group_name", "case"), cases_of("network_operator", mark_long=True))
 def test_fault(groups: Groups, group_name: str, case: Case) -> None:
     run_fault(groups, group_name, case)
 
 
+@pytest.mark.long
 def test_a_halted_mofed_promote_rolls_back_mofed_and_leaves_no_node_cordoned(groups: Groups) -> None:
     """After a Network Operator promote halted at a node whose MOFED does not build, its Next (stage=rollback), the
     fault cleared, rolls back the Network Operator group (not the GPU Operator), within the budget, and leaves no
