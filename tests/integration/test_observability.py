@@ -220,10 +220,17 @@ def test_a_promotion_holds_its_next_nodes_while_an_alert_fires_and_its_next_fini
     assert "Prometheus alerts GPUXidError{" in next_line and "run stage=promote again" in next_line, next_line
 
     prometheus.wait_for(lambda: "GPUXidError" not in prometheus.firing(), what="the XID alert to clear")
-    finished = flow(twin, workspace, prometheus, pushgateway, "promote", upgrade_alert_wait_timeout=60)
+    finished = flow(
+        twin, workspace, prometheus, pushgateway, "promote", upgrade_alert_wait_timeout=60, upgrade_max_unavailable=2
+    )
     assert finished.returncode == 0, finished.output[-4000:]
     assert "Stage promote: success" in finished.output
     assert set(driver_versions(twin).values()) == {NEW}
     assert set(states(twin).values()) <= {"upgrade-done", ""}, states(twin)
     events = gpufleet_events(twin)
     assert actions_on(events, "ClusterPolicy", "gpu-cluster-policy")[-1] == "Promoted"
+    metrics = pushed_group(pushgateway, "promote")
+    assert value(metrics["gpufleet_upgrade_stage_success"]) == 1
+    # The budget (2 nodes) was never exceeded, and the capacity it left is pushed.
+    assert 0 <= value(metrics["gpufleet_upgrade_budget_headroom_nodes"]) <= 2
+    assert value(metrics["gpufleet_upgrade_allocatable_gpus_min"]) > 0

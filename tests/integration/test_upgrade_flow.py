@@ -321,6 +321,9 @@ def test_bake_failure_rolls_the_canary_back_when_asked(fresh_twin, workspace):
     assert drivers(twin)[CANARY] == OLD_DRIVER
     entry = cluster_ledger(twin)[-1]
     assert (entry["stage"], entry["outcome"], entry["rolled_back"]) == ("bake", "failed", True)
+    # Its Events: the canary passed, its bake check failed, and it was rolled back.
+    for kind, name in (("Node", CANARY), ("ClusterPolicy", "gpu-cluster-policy")):
+        assert stage_events(twin, kind, name) == ["CanaryStarted", "CanaryPassed", "BakeCheckFailed", "RolledBack"]
     promote = flow(twin, workspace, "promote", upgrade_force_reason="try anyway")
     assert promote.returncode != 0 and "No canary of this change has passed" in promote.output
 
