@@ -37,6 +37,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinProcess]:
 
 
 def kubectl(twin: TwinProcess, *args: str, stdin: str | None = None) -> str:
+    # A discovery cache of this twin's own: twins reuse ports, and ~/.kube/cache would answer with an earlier
+    # twin's API groups (an --argocd twin's Application kind then "not found").
+    env = dict(twin.env(), KUBECACHEDIR=str(twin.kubeconfig.parent / "kube-cache"))
     out = subprocess.run(
         ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args],
         check=False,
@@ -44,6 +47,7 @@ def kubectl(twin: TwinProcess, *args: str, stdin: str | None = None) -> str:
         text=True,
         input=stdin,
         timeout=30,
+        env=env,
     )
     assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
     return out.stdout

@@ -39,8 +39,11 @@ def test_requests_are_counted_by_verb_and_resource(simulate) -> None:
         assert requests["by_resource"]["daemonsets.apps"] == 1
         assert requests["by_verb_resource"]["patch nodes"] == 1
         assert requests["by_code"] == {"200": 4, "403": 1, "429": 1}
+        # Which request met each error answer (403s have their own count above).
+        assert requests["errors_by_code_verb_resource"] == {"429 create pods/eviction": 1}
         recorder.reset()
         assert recorder.report()["requests"]["total"] == 0
+        assert recorder.report()["requests"]["errors_by_code_verb_resource"] == {}
 
     simulate(scenario, nodes=1, with_recorder=True)
 

@@ -88,6 +88,8 @@ class Recorder:
         self._by_code: dict[str, int] = {}
         self._dry_run_by_verb_resource: dict[str, int] = {}
         self._forbidden_by_verb_resource: dict[str, int] = {}
+        # Every other error answer (409, 404, 422, 5xx...), by "<code> <verb> <resource>": which request met it.
+        self._errors_by_code_verb_resource: dict[str, int] = {}
         # Writes a simulated client made through the store, by its field manager (the Argo CD controller's).
         self._writes_by_manager: dict[str, dict[str, int]] = {}
         self._gpus_total = 0
@@ -118,6 +120,8 @@ class Recorder:
         resource = resource or info.path
         self._requests_total += 1
         _bump(self._by_code, str(status))
+        if status >= 400 and status != 403:
+            _bump(self._errors_by_code_verb_resource, f"{status} {info.verb} {resource}")
         if status == 403:
             # Refused before it was served (RBAC, or an admission that forbids): counted apart like a dry run,
             # so that "no writes" stays a plain check of by_verb and a refused write still shows.
@@ -183,6 +187,7 @@ class Recorder:
             self._by_code,
             self._dry_run_by_verb_resource,
             self._forbidden_by_verb_resource,
+            self._errors_by_code_verb_resource,
         ):
             counts.clear()
         self._writes_by_manager = {}
@@ -216,6 +221,7 @@ class Recorder:
                 "by_code": dict(sorted(self._by_code.items())),
                 "dry_run_by_verb_resource": dict(sorted(self._dry_run_by_verb_resource.items())),
                 "forbidden_by_verb_resource": dict(sorted(self._forbidden_by_verb_resource.items())),
+                "errors_by_code_verb_resource": dict(sorted(self._errors_by_code_verb_resource.items())),
             },
             "nodes": {
                 "unavailable_intervals": {name: list(spans) for name, spans in sorted(self._intervals.items())},
