@@ -527,25 +527,35 @@ def blocking_pdbs(pods: Sequence[Mapping[str, Any]], pdbs: Sequence[Mapping[str,
     return blocked
 
 
-def _pods_that_must_leave(pods: Sequence[Mapping[str, Any]], *, state: str, policy: Mapping[str, Any], component: str):
-    live = [
+def _live(pods: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    return [
         pod
         for pod in pods
         if (pod.get("status") or {}).get("phase") in ("Running", "Pending")
         and not (pod.get("metadata") or {}).get("deletionTimestamp")
     ]
+
+
+def _drainable(pods: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    """The live pods a drain evicts: not a DaemonSet's, not a static (mirror) pod."""
+    return [
+        pod
+        for pod in _live(pods)
+        if (pod_controller(pod) or {}).get("kind") != "DaemonSet"
+        and "kubernetes.io/config.mirror" not in _annotations(pod)
+    ]
+
+
+def _pods_that_must_leave(pods: Sequence[Mapping[str, Any]], *, state: str, policy: Mapping[str, Any], component: str):
     if state == "pod-deletion-required" or (state == "upgrade-failed" and component == GPU):
-        return [pod for pod in live if pod_requests_gpu(pod)]
+        return [pod for pod in _live(pods) if pod_requests_gpu(pod)]
     drain = policy.get("drain") or {}
     selector = str(drain.get("podSelector") or "")
     skip = f"nvidia.com/{component}-driver-upgrade-drain.skip"
     return [
         pod
-        for pod in live
-        if (not selector or label_selector_matches(selector, _labels(pod)))
-        and _labels(pod).get(skip) != "true"
-        and (pod_controller(pod) or {}).get("kind") != "DaemonSet"
-        and "kubernetes.io/config.mirror" not in _annotations(pod)
+        for pod in _drainable(pods)
+        if (not selector or label_selector_matches(selector, _labels(pod))) and _labels(pod).get(skip) != "true"
     ]
 
 
@@ -1406,16 +1416,9 @@ def _rollout_findings(view: ClusterView, *, interrupted: bool) -> List[Finding]:
                 "message": progress.message,
                 "cordoned_before": progress.initially_unschedulable,
             }
-            blocked = (
-                blocking_pdbs(
-                    _pods_that_must_leave(
-                        view.pods_by_node.get(name, []), state="drain-required", policy={}, component=rollout
-                    ),
-                    view.pdbs,
-                )
-                if progress.step in _EVICTING_STEPS
-                else []
-            )
+            # The rollout's own eviction step: which pods it selects is its caller's, so any pod a drain takes.
+            pods = view.pods_by_node.get(name, []) if progress.step in _EVICTING_STEPS else []
+            blocked = blocking_pdbs(_drainable(pods), view.pdbs)
             if progress.state == STATE_IN_PROGRESS:
                 _set(finding, "rollout_interrupted", f"{rollout} rollout stopped at {progress.step}", evidence)
             elif blocked:

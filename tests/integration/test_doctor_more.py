@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
-import time
 from typing import Any
 
 import pytest
@@ -31,9 +30,9 @@ import yaml
 
 from gpufleet_twin.process import TwinProcess, start_twin
 
-from .conftest import kubectl, run_playbook
+from .conftest import kubectl
 from .test_clusterpolicy_upgrade import driver_versions, get_json, settled_policy, states, wait_for, write_requests
-from .test_doctor import NS, _pinned, apply, pod_on
+from .test_doctor import NS, _pinned, apply, diagnose, pod_on
 
 pytestmark = pytest.mark.slow
 
@@ -227,14 +226,6 @@ def more_stuck_twin(tmp_path_factory):
         yield twin
     finally:
         assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
-
-
-def diagnose(twin: TwinProcess, tmp_path: pathlib.Path, *, check: bool = False, **extra: Any):
-    out = tmp_path / f"doctor-{time.monotonic_ns()}.json"
-    run = run_playbook(
-        "playbooks/diagnose.yml", twin=twin, extra_vars={"doctor_result_file": str(out), **extra}, check=check
-    )
-    return run, json.loads(out.read_text()) if out.exists() else {}
 
 
 def findings(result: dict[str, Any], component: str) -> dict[str, dict[str, Any]]:

@@ -12,8 +12,6 @@ evicts it only when the user's selector matches it.
 from __future__ import annotations
 
 import json
-import pathlib
-import time
 from typing import Any
 
 import pytest
@@ -21,9 +19,10 @@ import yaml
 
 from gpufleet_twin.process import TwinProcess
 
-from .conftest import kubectl, run_playbook
+from .conftest import kubectl
 from .test_clusterpolicy_upgrade import get_json, wait_for, write_requests
 from .test_clusterpolicy_upgrade import twin_factory as start_twin_fixture
+from .test_doctor import diagnose
 from .test_ofed_rolling_reload import NEW, mofed_ready, mofed_versions
 
 pytestmark = pytest.mark.slow
@@ -34,14 +33,6 @@ NS = "doctor-ofed"
 POD = "rdma-bare"
 OFED_STATE = "nvidia.com/ofed-driver-upgrade-state"
 NETWORKS = '[{"name": "ib-sriov-net"}]'
-
-
-def diagnose(twin: TwinProcess, tmp_path: pathlib.Path, *, check: bool = False, **extra: Any):
-    out = tmp_path / f"doctor-{time.monotonic_ns()}.json"
-    run = run_playbook(
-        "playbooks/diagnose.yml", twin=twin, extra_vars={"doctor_result_file": str(out), **extra}, check=check
-    )
-    return run, json.loads(out.read_text()) if out.exists() else {}
 
 
 def ofed_states(twin: TwinProcess) -> dict[str, str]:

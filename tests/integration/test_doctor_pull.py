@@ -11,28 +11,21 @@ kubelet's next pull succeeds and the upgrade finishes by itself.
 from __future__ import annotations
 
 import json
-import pathlib
-import time
 from typing import Any
 
 import pytest
 
 from gpufleet_twin.process import TwinProcess
 
-from .conftest import kubectl, run_playbook
+from .conftest import kubectl
 from .test_clusterpolicy_upgrade import NEW, driver_versions, get_json, settled_policy, states, wait_for, write_requests
 from .test_clusterpolicy_upgrade import twin_factory as start_twin_fixture
+from .test_doctor import diagnose
 
 pytestmark = pytest.mark.slow
 twin_factory = start_twin_fixture
 
 DRIVER_SELECTOR = "app.kubernetes.io/component=nvidia-driver"
-
-
-def diagnose(twin: TwinProcess, tmp_path: pathlib.Path) -> tuple[Any, dict[str, Any]]:
-    out = tmp_path / f"doctor-{time.monotonic_ns()}.json"
-    run = run_playbook("playbooks/diagnose.yml", twin=twin, extra_vars={"doctor_result_file": str(out)})
-    return run, json.loads(out.read_text()) if out.exists() else {}
 
 
 def pulling_driver_pods(twin: TwinProcess) -> dict[str, dict[str, Any]]:

@@ -13,19 +13,16 @@ selector matches it; keeping the DaemonSet off the node lets the upgrade finish.
 from __future__ import annotations
 
 import json
-import pathlib
-import time
 from typing import Any
 
 import pytest
-import yaml
 
 from gpufleet_twin.process import TwinProcess
 
-from .conftest import kubectl, run_playbook
+from .conftest import kubectl
 from .test_clusterpolicy_upgrade import NEW, driver_versions, get_json, settled_policy, states, wait_for, write_requests
 from .test_clusterpolicy_upgrade import twin_factory as start_twin_fixture
-from .test_doctor import driver_pod, restarts
+from .test_doctor import apply, diagnose, driver_pod, restarts
 
 pytestmark = pytest.mark.slow
 twin_factory = start_twin_fixture
@@ -33,20 +30,6 @@ twin_factory = start_twin_fixture
 NS = "doctor-ds"
 HELD = "gpu-worker-002"
 OUTSIDE = "gpu-worker-003"
-
-
-def diagnose(twin: TwinProcess, tmp_path: pathlib.Path, *, check: bool = False, **extra: Any):
-    out = tmp_path / f"doctor-{time.monotonic_ns()}.json"
-    run = run_playbook(
-        "playbooks/diagnose.yml", twin=twin, extra_vars={"doctor_result_file": str(out), **extra}, check=check
-    )
-    return run, json.loads(out.read_text()) if out.exists() else {}
-
-
-def apply(twin: TwinProcess, tmp_path: pathlib.Path, obj: dict[str, Any]) -> None:
-    path = tmp_path / f"object-{time.monotonic_ns()}.yaml"
-    path.write_text(yaml.safe_dump(obj))
-    kubectl(twin, "apply", "-f", str(path))
 
 
 def daemon_pods(twin: TwinProcess) -> list[dict[str, Any]]:
@@ -64,13 +47,13 @@ def held_twin(twin_factory, tmp_path):
     version = settled_policy(twin, timeout=120)["spec"]["driver"]["version"]
     for node in ("gpu-worker-001", HELD):
         kubectl(twin, "label", "node", node, "driver-pool=main")
-    apply(twin, tmp_path, {
+    apply(twin, tmp_path, [{
         "apiVersion": "nvidia.com/v1alpha1",
         "kind": "NVIDIADriver",
         "metadata": {"name": "main"},
         "spec": {"driverType": "gpu", "repository": "nvcr.io/nvidia", "image": "driver", "version": version,
                  "nodeSelector": {"driver-pool": "main"}},
-    })  # fmt: skip
+    }])  # fmt: skip
     upgrade = {"autoUpgrade": True, "maxParallelUpgrades": 0, "maxUnavailable": "100%"}
     patch = {"spec": {"driver": {"useNvidiaDriverCRD": True, "upgradePolicy": upgrade}}}
     kubectl(twin, "patch", "clusterpolicy", "gpu-cluster-policy", "--type", "merge", "-p", json.dumps(patch))
@@ -80,7 +63,7 @@ def held_twin(twin_factory, tmp_path):
         timeout=120,
     )
     kubectl(twin, "create", "namespace", NS)
-    apply(twin, tmp_path, {
+    apply(twin, tmp_path, [{
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": "dcgm-standalone", "namespace": NS},
@@ -92,7 +75,7 @@ def held_twin(twin_factory, tmp_path):
                          "containers": [{"name": "exporter", "image": "registry.example/dcgm-exporter:3"}]},
             },
         },
-    })  # fmt: skip
+    }])  # fmt: skip
     wait_for(lambda: any(p["status"].get("phase") == "Running" for p in daemon_pods(twin)), what="the DaemonSet pod")
     kubectl(twin, "patch", "nvidiadriver", "main", "--type", "merge", "-p", json.dumps({"spec": {"version": NEW}}))
     wait_for(

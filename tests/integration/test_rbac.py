@@ -295,19 +295,27 @@ def test_gpu_operator_canary_refused_without_one_rule_then_succeeds_with_the_shi
     assert (entry["stage"], entry["outcome"]) == ("canary", "success")
 
 
-def test_network_operator_mofed_canary_succeeds_with_the_shipped_role(fresh_twin, tmp_path):
-    from .test_network_operator_failures import NEW_MOFED, mofed_matrix
-    from .test_ofed_rolling_reload import mofed_ready, mofed_versions, pinned_secondary_network_app
+def mofed_canary_as_upgrade_account(twin, workspace: pathlib.Path, *, min_available: int, **extra) -> PlaybookRun:
+    """A MOFED canary with the shipped upgrade account's token, a pod using the RDMA network on the canary whose PDB
+    keeps ``min_available`` (the MOFED reload evicts it: pods/eviction across namespaces); the report reset first."""
+    from .test_network_operator_failures import mofed_matrix
+    from .test_ofed_rolling_reload import mofed_ready, pinned_secondary_network_app
 
-    twin = fresh_twin
-    mofed_matrix(tmp_path)
+    mofed_matrix(workspace)
     mofed_ready(twin)
-    # A pod on the canary using the RDMA network: the MOFED reload evicts it (pods/eviction across namespaces).
-    pinned_secondary_network_app(twin, CANARY, min_available=0)
+    pinned_secondary_network_app(twin, CANARY, min_available=min_available)
     apply_shipped_roles(twin)
     token = token_of(twin, "gpufleet-upgrade")
     twin.admin("POST", "report/reset")
-    canary = stage_as(twin, tmp_path, "canary", token, network_operator_wait_sleep=0.3)
+    return stage_as(twin, workspace, "canary", token, network_operator_wait_sleep=0.3, **extra)
+
+
+def test_network_operator_mofed_canary_succeeds_with_the_shipped_role(fresh_twin, tmp_path):
+    from .test_network_operator_failures import NEW_MOFED
+    from .test_ofed_rolling_reload import mofed_versions
+
+    twin = fresh_twin
+    canary = mofed_canary_as_upgrade_account(twin, tmp_path, min_available=0)
     assert canary.returncode == 0, canary.output[-6000:]
     assert "Stage canary: success" in canary.output
     served = twin.report()["requests"]
@@ -321,20 +329,10 @@ def test_a_halted_mofed_canary_with_the_shipped_role_carries_the_doctors_diagnos
     that allows no eviction is recorded with the doctor's finding for the node and a Next that starts with it, and
     the API refuses nothing. The node was left by this collection's own MOFED rollout (the doctor once saw only the
     operators' state labels), and the crash-looping driver pod logs it may quote were the doctor's account's only."""
-    from .test_network_operator_failures import mofed_matrix
-    from .test_ofed_rolling_reload import mofed_ready, pinned_secondary_network_app
     from .test_upgrade_flow import last_report
 
     twin = fresh_twin
-    mofed_matrix(tmp_path)
-    mofed_ready(twin)
-    pinned_secondary_network_app(twin, CANARY, min_available=1)
-    apply_shipped_roles(twin)
-    token = token_of(twin, "gpufleet-upgrade")
-    twin.admin("POST", "report/reset")
-    canary = stage_as(
-        twin, tmp_path, "canary", token, network_operator_wait_sleep=0.3, network_operator_eviction_timeout=3
-    )
+    canary = mofed_canary_as_upgrade_account(twin, tmp_path, min_available=1, network_operator_eviction_timeout=3)
     assert canary.returncode != 0, canary.output[-6000:]
     assert "Stage canary: failed" in canary.output, canary.output[-6000:]
     served = twin.report()["requests"]

@@ -62,8 +62,12 @@ class Repo:
         return subprocess.run(["git", "-C", str(self.path), *args], check=True, capture_output=True, text=True).stdout
 
     def commit(self, files: dict[str, Any], message: str = "change") -> str:
+        """Write the files (a string as is, anything else as JSON; None removes the file) and commit them."""
         for name, content in files.items():
             target = self.path / name
+            if content is None:
+                target.unlink()
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content if isinstance(content, str) else json.dumps(content, indent=2))
         self.git("add", "-A")

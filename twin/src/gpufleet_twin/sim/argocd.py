@@ -27,7 +27,7 @@ Usage
   message, syncResult {revision, source, resources[]}, startedAt, finishedAt}, ``status.history[]``,
   ``status.reconciledAt``, ``status.sourceType: Directory``, ``status.conditions`` (ComparisonError,
   InvalidSpecError, SyncError).  Only fields of Argo CD's types (``pkg/apis/application/v1alpha1/types.go``),
-  so the real CRD's schema keeps every one (``tests/twin/api/test_api_argocd_crd.py``).  Which fields of an
+  so the real CRD's schema keeps every one (``tests/twin/sim/test_argocd_crd.py``).  Which fields of an
   OutOfSync resource differ (JSON pointers) is not status (``ResourceStatus`` has no such field; ``argocd app
   diff`` computes it): ``GET /admin/argocd`` lists them under ``differences`` {"<ns>/<app>": {"<group>/<kind>/
   <ns>/<name>": [pointers]}}, ``ArgoCDController.differences(namespace, name)`` in process.  Events on the

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import pathlib
 import re
-import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes
 import pytest
 import yaml
+from test_argocd import Repo
+from test_network_operator_http import kubectl
 
 from gpufleet_twin.process import TwinProcess, start_twin
 
@@ -33,32 +34,6 @@ UPSTREAM_CRD = UPSTREAM_CRDS / "application-crd.yaml"
 NAMESPACE = "argocd"
 TARGET_NAMESPACE = "gitops-demo"
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
-
-
-class Repo:
-    """A git repository in a temporary folder, written with the real git binary (as ``sim/test_argocd.py``)."""
-
-    def __init__(self, path: pathlib.Path) -> None:
-        self.path = path
-        path.mkdir(parents=True, exist_ok=True)
-        self.git("init", "-q", "-b", "main")
-        self.git("config", "user.email", "twin@example.com")
-        self.git("config", "user.name", "twin")
-
-    def git(self, *args: str) -> str:
-        return subprocess.run(["git", "-C", str(self.path), *args], check=True, capture_output=True, text=True).stdout
-
-    def commit(self, files: dict[str, str | None], message: str = "change") -> str:
-        for name, content in files.items():
-            target = self.path / name
-            if content is None:
-                target.unlink()
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
-        self.git("add", "-A")
-        self.git("commit", "-q", "-m", message)
-        return self.git("rev-parse", "HEAD").strip()
 
 
 @pytest.fixture(scope="module")
@@ -80,22 +55,6 @@ def twins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, TwinPr
     finally:
         for twin in started.values():
             assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
-
-
-def kubectl(twin: TwinProcess, *args: str, stdin: str | None = None) -> str:
-    env = twin.env()
-    env["KUBECACHEDIR"] = str(twin.log_path.parent / "kube-cache")  # never the user's ~/.kube/cache
-    out = subprocess.run(
-        ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=60,
-        env=env,
-    )
-    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-    return out.stdout
 
 
 def get_app(twin: TwinProcess, name: str) -> Obj:
