@@ -31,9 +31,9 @@ import yaml
 
 from gpufleet_twin.process import TwinProcess, start_twin
 
-from .conftest import kubectl, run_playbook
+from .accounts import account_env, apply_shipped_roles, refused, run_as, token_of
+from .conftest import PlaybookRun, kubectl, run_playbook
 from .test_clusterpolicy_upgrade import get_json, settled_policy, states, wait_for, write_requests
-from .test_rbac import apply_shipped_roles, run_as, token_of
 
 pytestmark = pytest.mark.slow
 
@@ -208,9 +208,24 @@ def stuck_twin(tmp_path_factory):
         assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
 
 
-def diagnose(twin: TwinProcess, tmp_path: pathlib.Path, *, check: bool = False, **extra: Any):
+def diagnose(
+    twin: TwinProcess,
+    tmp_path: pathlib.Path,
+    *,
+    check: bool = False,
+    environment: dict[str, str] | None = None,
+    **extra: Any,
+):
+    """diagnose.yml with the twin's kubeconfig, or with ``environment`` alone (an account's token): the run and the
+    result file it wrote."""
     out = tmp_path / f"doctor-{time.monotonic_ns()}.json"
-    run = run_playbook(PLAYBOOK, twin=twin, extra_vars={"doctor_result_file": str(out), **extra}, check=check)
+    run = run_playbook(
+        PLAYBOOK,
+        twin=None if environment else twin,
+        environment=environment,
+        extra_vars={"doctor_result_file": str(out), **extra},
+        check=check,
+    )
     return run, json.loads(out.read_text()) if out.exists() else {}
 
 
@@ -264,8 +279,17 @@ def test_diagnose_names_each_cause_with_its_evidence(stuck_twin, tmp_path):
 
 def test_evict_runtimeclass_consumer_four_passes(stuck_twin, tmp_path):
     """remediate with a pod selector: check mode says what it would evict, the real run evicts it (Event and ledger
-    entry), and the next runs find nothing more to do."""
+    entry), and the next runs find nothing more to do. Every pass runs as the remediation's own account
+    (gpufleet-doctor-remediate, bound to exactly the shipped roles of rbac/diagnose.yaml): no request is refused."""
     twin = stuck_twin
+    apply_shipped_roles(twin)
+    account = account_env(twin, token_of(twin, "gpufleet-doctor-remediate"))
+
+    def remediate(**kwargs: Any) -> tuple[PlaybookRun, dict[str, Any]]:
+        found = diagnose(twin, tmp_path, environment=account, **args, **kwargs)
+        assert refused(twin) == {}, (refused(twin), found[0].output[-3000:])
+        return found
+
     holder = pod_on(twin, "gpu-worker-003", "rc-holder")
     assert holder is not None
     args = {
@@ -276,7 +300,7 @@ def test_evict_runtimeclass_consumer_four_passes(stuck_twin, tmp_path):
     }
 
     twin.admin("POST", "report/reset")
-    run, result = diagnose(twin, tmp_path, check=True, **args)
+    run, result = remediate(check=True)
     assert result["changed"] is True, run.output
     assert [r["action"] for r in result["remediations"]] == ["evict_pods"]
     assert result["remediations"][0]["result"].startswith("would evict doctor-test/rc-holder-")
@@ -284,7 +308,7 @@ def test_evict_runtimeclass_consumer_four_passes(stuck_twin, tmp_path):
     # The eviction goes as a dry run (deleteOptions.dryRun in its body, which the recorder counts as a create).
     assert set(write_requests(twin)) <= {"create pods/eviction"}
 
-    run, result = diagnose(twin, tmp_path, **args)
+    run, result = remediate()
     assert result["changed"] is True, run.output
     assert result["remediations"][0]["result"].startswith("evicted doctor-test/rc-holder-")
     wait_for(lambda: pod_on(twin, "gpu-worker-003", "rc-holder") is None, what="the holder to leave", timeout=60)
@@ -295,7 +319,7 @@ def test_evict_runtimeclass_consumer_four_passes(stuck_twin, tmp_path):
     assert entry["stage"] == "doctor" and entry["remediations"][0]["node"] == "gpu-worker-003"
 
     for check in (True, False):
-        run, result = diagnose(twin, tmp_path, check=check, **args)
+        run, result = remediate(check=check)
         assert result["changed"] is False, run.output
         assert result["remediations"] == []
     # The holder is gone: the driver container's next restart unloads the old module, and the node goes on.
@@ -331,19 +355,19 @@ def test_the_read_only_doctor_account_can_diagnose(stuck_twin, tmp_path):
     _admin_run, admin = diagnose(twin, tmp_path)
     assert {n: f["cause"] for n, f in by_node(result).items()} == {n: f["cause"] for n, f in by_node(admin).items()}
     assert [c["cause"] for c in result["cluster"]] == [c["cause"] for c in admin["cluster"]]
-    assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}
+    assert refused(twin) == {}
 
     # The read-only doctor's token cannot remediate: the permission preflight refuses before the first request of
     # the remediation, naming each write and the remediation's ClusterRole; nothing is written.
     twin.admin("POST", "report/reset")
-    refused = run_as(twin, token, PLAYBOOK, extra_vars={"doctor_remediate": True})
-    assert refused.returncode != 0
+    refusal = run_as(twin, token, PLAYBOOK, extra_vars={"doctor_remediate": True})
+    assert refusal.returncode != 0
     assert 'patch nodes in API group "" at the cluster scope (needed by doctor_remediate; granted by ClusterRole ' in (
-        refused.output
-    ), refused.output[-3000:]
-    assert "gpufleet-upgrade-doctor in rbac/diagnose.yaml through a ClusterRoleBinding)" in refused.output
+        refusal.output
+    ), refusal.output[-3000:]
+    assert "gpufleet-upgrade-doctor in rbac/diagnose.yaml through a ClusterRoleBinding)" in refusal.output
     assert write_requests(twin) == {}
-    assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}
+    assert refused(twin) == {}
 
 
 def test_one_notready_node_stops_the_controller(stuck_twin, tmp_path):

@@ -19,52 +19,17 @@ import urllib.request
 
 import pytest
 
+from .accounts import ACCOUNTS, NAMESPACES, account_env, apply_shipped_roles, refused, run_as, token_of
 from .conftest import PlaybookRun, kubectl, run_playbook
-from .test_upgrade_flow import CANARY, EXAMPLE, NAMESPACE, NEW_DRIVER, OLD_DRIVER, cluster_ledger, drivers, writes
+from .test_upgrade_flow import CANARY, EXAMPLE, NAMESPACE, NEW_DRIVER, OLD_DRIVER, cluster_ledger, drivers, flow, writes
 
 pytestmark = pytest.mark.slow
-
-ACCOUNTS = "gpufleet"
-NAMESPACES = {
-    "ledger": NAMESPACE,
-    "gpu_operator": NAMESPACE,
-    "network_operator": "nvidia-network-operator",
-    "sriov_operator": "openshift-sriov-network-operator",
-    "matrix": "",
-}
 
 
 @pytest.fixture
 def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
     shutil.copy(EXAMPLE, tmp_path / "matrix.yaml")
     return tmp_path
-
-
-def apply_shipped_roles(twin, playbooks: list | None = None) -> None:
-    variables: dict = {"rbac_namespaces": NAMESPACES}
-    if playbooks:
-        variables["rbac_playbooks"] = playbooks
-    run = run_playbook("playbooks/rbac.yml", twin=twin, extra_vars=variables)
-    assert run.returncode == 0, run.output[-4000:]
-
-
-def token_of(twin, account: str) -> str:
-    # The twin's clock runs 600 times faster: a token of the default hour would expire within seconds.
-    return kubectl(twin, "create", "token", account, "-n", ACCOUNTS, "--duration", "8760h").strip()
-
-
-def account_env(twin, token: str) -> dict:
-    """What an AWX bearer token credential injects: host, token and CA, no kubeconfig."""
-    return {
-        "K8S_AUTH_HOST": twin.api_url,
-        "K8S_AUTH_API_KEY": token,
-        "K8S_AUTH_SSL_CA_CERT": twin.companion["ca_file"],
-    }
-
-
-def run_as(twin, token: str, playbook: str, **kwargs) -> PlaybookRun:
-    """ansible-playbook with only the account's credentials in the environment (not the twin's kubeconfig)."""
-    return run_playbook(playbook, twin=None, environment=account_env(twin, token), **kwargs)
 
 
 def raw_request(twin, token: str, method: str, path: str, body: dict) -> tuple:
@@ -91,16 +56,7 @@ def kubectl_as(twin, token: str, *args: str, stdin: str | None = None) -> subpro
 
 def stage_as(twin, workspace: pathlib.Path, stage: str, token: str, **extra) -> PlaybookRun:
     """playbooks/upgrade.yml as test_upgrade_flow runs it, with the account's token."""
-    variables = {
-        "stage": stage,
-        "upgrade_matrix_file": str(workspace / "matrix.yaml"),
-        "upgrade_report_dir": str(workspace / "reports"),
-        "upgrade_wait_timeout": 900,
-        "validate_wait_sleep": 0.5,
-        "gpu_operator_wait_sleep": 1,
-        **extra,
-    }
-    return run_as(twin, token, "playbooks/upgrade.yml", extra_vars=variables, timeout=600)
+    return flow(twin, workspace, stage, environment=account_env(twin, token), **extra)
 
 
 def without_verb(twin, cluster_role: str, *, group: str, resource: str, verb: str) -> list:
@@ -189,7 +145,7 @@ def test_audit_with_the_read_only_account_succeeds_and_its_writes_are_refused(fr
     # The audit's own role it holds every permission of: not named.
     assert "ClusterRole gpufleet-audit:" not in rbac.output
     assert writes(twin) == {}
-    assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}  # it asked, it did not try
+    assert refused(twin) == {}  # it asked, it did not try
 
     # The rbac account (rbac/rbac.yaml: bind and escalate on the shipped roles by name) re-applies them once they
     # exist: its preflight passes and nothing it sends is refused.
@@ -199,7 +155,7 @@ def test_audit_with_the_read_only_account_succeeds_and_its_writes_are_refused(fr
         twin, token_of(twin, "gpufleet-rbac"), "playbooks/rbac.yml", extra_vars={"rbac_namespaces": NAMESPACES}
     )
     assert again.returncode == 0, again.output[-4000:]
-    assert twin.report()["requests"].get("forbidden_by_verb_resource", {}) == {}
+    assert refused(twin) == {}
 
 
 def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspace):
@@ -252,11 +208,11 @@ def test_gpu_operator_canary_refused_without_one_rule_then_succeeds_with_the_shi
     # One rule short: the preflight names it and the ClusterRole; the recorder shows no write at all.
     original = without_verb(twin, "gpufleet-upgrade", group="", resource="nodes", verb="patch")
     twin.admin("POST", "report/reset")
-    refused = stage_as(twin, workspace, "canary", token)
-    assert refused.returncode != 0
-    assert "the credentials lack 1 permission(s), so nothing was changed" in refused.output
-    assert 'patch nodes in API group "" at the cluster scope' in refused.output
-    assert "granted by ClusterRole gpufleet-upgrade in rbac/upgrade.yaml through a ClusterRoleBinding" in refused.output
+    refusal = stage_as(twin, workspace, "canary", token)
+    assert refusal.returncode != 0
+    assert "the credentials lack 1 permission(s), so nothing was changed" in refusal.output
+    assert 'patch nodes in API group "" at the cluster scope' in refusal.output
+    assert "granted by ClusterRole gpufleet-upgrade in rbac/upgrade.yaml through a ClusterRoleBinding" in refusal.output
     assert writes(twin) == {}, "a run refused by the preflight writes nothing"
     assert cluster_ledger(twin) == []
     assert set(drivers(twin).values()) == {OLD_DRIVER}

@@ -18,12 +18,12 @@ import pytest
 
 from gpufleet_twin.process import start_twin
 
+from .accounts import refused, upgrade_account_env
 from .conftest import kubectl
 from .fault_matrix import Group, assert_outcome, get_json, write_matrix
 from .fault_matrix_cases import GROUPS
-from .test_rbac import account_env, apply_shipped_roles, token_of
 
-pytestmark = [pytest.mark.slow, pytest.mark.long]
+pytestmark = pytest.mark.slow
 
 CANARY = "gpu-worker-001"
 GPU_NAMESPACE = "nvidia-gpu-operator"
@@ -34,11 +34,6 @@ BAKE = 49 * 3600  # past the flow's 48 h bake window
 ROLLBACK_REFUSED = {"openshift": "OpenShift does not support downgrading a cluster"}
 
 
-def refused(group: Group) -> dict[str, int]:
-    """Requests the twin refused with 403 since its report was last reset, by verb and resource."""
-    return group.twin.report()["requests"].get("forbidden_by_verb_resource", {})
-
-
 def account_group(name: str, root: pathlib.Path) -> Group:
     """The fault matrix's setting of the group, on a twin of its own, run with the upgrade account's token."""
     setting = GROUPS[name]
@@ -46,13 +41,12 @@ def account_group(name: str, root: pathlib.Path) -> Group:
     write_matrix(root, setting["canary"], setting.get("production"))
     inputs = setting.get("inputs", {})
     inputs = inputs(twin, root) if callable(inputs) else dict(inputs)
-    apply_shipped_roles(twin)
     group = Group(
         name=name,
         twin=twin,
         workspace=root,
         inputs=inputs,
-        environment=account_env(twin, token_of(twin, "gpufleet-upgrade")),
+        environment=upgrade_account_env(twin),
     )
     twin.admin("POST", "budget", {"maxUnavailable": group.budget, "scope": "nvidia.com/gpu.present=true"})
     return group
@@ -64,11 +58,15 @@ def run_stage(group: Group, stage: str, **extra: Any) -> dict[str, Any]:
     run = group.run(stage, **extra)
     entry = assert_outcome(group, stage, run, None)
     assert "the credentials lack" not in run.output, run.output[-4000:]
-    assert refused(group) == {}, (stage, refused(group), run.output[-4000:])
+    assert refused(group.twin) == {}, (stage, refused(group.twin), run.output[-4000:])
     return entry
 
 
-@pytest.mark.parametrize("name", ["gpu_operator", "network_operator", "firmware", "openshift"])
+# The GPU Operator group's chain is make test-long's: make test runs its canary, bake, promote and rollback as the
+# upgrade account in test_upgrade_flow (without this chain's rollback of the operator itself through OLM).
+@pytest.mark.parametrize(
+    "name", [pytest.param("gpu_operator", marks=pytest.mark.long), "network_operator", "firmware", "openshift"]
+)
 def test_every_stage_succeeds_with_exactly_the_shipped_roles(name: str, tmp_path: pathlib.Path) -> None:
     group = account_group(name, tmp_path)
     try:
@@ -85,7 +83,7 @@ def test_every_stage_succeeds_with_exactly_the_shipped_roles(name: str, tmp_path
             refused_rollback = group.run("rollback")
             assert refused_rollback.returncode != 0
             assert ROLLBACK_REFUSED[name] in refused_rollback.output, refused_rollback.output[-4000:]
-            assert refused(group) == {}, refused(group)
+            assert refused(group.twin) == {}, refused(group.twin)
         else:
             # The canary's rollback: for the GPU Operator it takes the operator back under OLM (delete the newer
             # CSV and the Subscription, subscribe to the older one, approve its InstallPlan).
@@ -114,7 +112,7 @@ def test_sriov_canary_halts_on_416_and_moves_the_operator_on_417_with_the_shippe
         assert as_account.returncode != 0
         assert "update OpenShift to 4.17 first" in as_account.output, as_account.output[-4000:]
         assert "the credentials lack" not in as_account.output
-        assert refused(group) == {}, refused(group)
+        assert refused(group.twin) == {}, refused(group.twin)
 
         admin = Group(name=group.name, twin=twin, workspace=group.workspace, inputs=group.inputs)
         as_admin = admin.run("canary", upgrade_wait_timeout=10)
