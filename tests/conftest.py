@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gpufleet_twin.store import VERIFY_ENCODED_ENV
+from gpufleet_twin.machinery.store import VERIFY_ENCODED_ENV
 
 # Every twin the tests start, in process or as a server process (which inherits
 # the environment), checks that no stored object changes in place behind its

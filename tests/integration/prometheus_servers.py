@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpufleet_twin.operators.dcgm_exporter import scrape_targets
 from gpufleet_twin.process import TwinProcess
-from gpufleet_twin.sim.dcgm_exporter import scrape_targets
 
 STARTUP_TIMEOUT = 60.0
 

@@ -59,7 +59,7 @@ def test_bad_arguments_exit_2(tmp_path):
     assert result.stdout == ""
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gpufleet_twin.sim.build") is None, reason="no simulation package yet")
+@pytest.mark.skipif(importlib.util.find_spec("gpufleet_twin.harness.build") is None, reason="no simulation package yet")
 def test_a_simulated_cluster_serves_its_nodes_and_stops_on_sigint(tmp_path, launcher):
     served = launcher.start(
         tmp_path,

@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet_twin.server import load_crd_manifests
+from gpufleet_twin.apiserver.server import load_crd_manifests
 
 SHARED_CRDS = Path(__file__).resolve().parents[4] / "shared" / "reference" / "crds"
 

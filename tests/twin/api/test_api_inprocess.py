@@ -16,12 +16,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gpufleet_twin import errors
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import RequestInfo, Twin
-from gpufleet_twin.registry import Registry
-from gpufleet_twin.server import ApiServer, install_api_machinery
-from gpufleet_twin.store import VERIFY_ENCODED_ENV, Store
+from gpufleet_twin.apiserver.cluster import RequestInfo, Twin
+from gpufleet_twin.apiserver.server import ApiServer, install_api_machinery
+from gpufleet_twin.machinery import errors
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.registry import Registry
+from gpufleet_twin.machinery.store import VERIFY_ENCODED_ENV, Store
 
 Scenario = Callable[[Twin, aiohttp.ClientSession, str], Awaitable[None]]
 

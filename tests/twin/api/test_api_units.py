@@ -7,10 +7,11 @@ import ssl
 import pytest
 from cryptography import x509
 
-from gpufleet_twin import builtin_types, errors, openapi, tls
-from gpufleet_twin.disruption import compute_budget, pdb_status, scaled_value
-from gpufleet_twin.registry import PrinterColumn, Registry, ResourceType
-from gpufleet_twin.server import decode_continue, encode_continue, parse_accept, request_info_for
+from gpufleet_twin.apiserver import builtin_types, openapi
+from gpufleet_twin.apiserver.server import decode_continue, encode_continue, parse_accept, request_info_for
+from gpufleet_twin.machinery import errors, tls
+from gpufleet_twin.machinery.disruption import compute_budget, pdb_status, scaled_value
+from gpufleet_twin.machinery.registry import PrinterColumn, Registry, ResourceType
 
 
 def _pod(

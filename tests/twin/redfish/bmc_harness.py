@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import Twin
+from gpufleet_twin.apiserver.cluster import Twin
+from gpufleet_twin.kube.state import IbPort, NodeHealth, SimState
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.registry import Registry, ResourceType
+from gpufleet_twin.machinery.store import Store
 from gpufleet_twin.redfish import service
 from gpufleet_twin.redfish.model import BmcTimings
-from gpufleet_twin.registry import Registry, ResourceType
-from gpufleet_twin.sim.state import IbPort, NodeHealth, SimState
-from gpufleet_twin.store import Store
 
 NODE_TYPE = ResourceType(
     group="", version="v1", kind="Node", plural="nodes", namespaced=False, subresources=frozenset({"status"})
@@ -259,8 +259,8 @@ def running_twin(
         return twin
 
     def simulated_twin() -> Twin:
-        from gpufleet_twin.server import create_twin
-        from gpufleet_twin.sim.build import populate
+        from gpufleet_twin.apiserver.server import create_twin
+        from gpufleet_twin.harness.build import populate
 
         twin = create_twin(time_scale=time_scale)
         populate(twin, {"nodes": len(nodes), "profile": "kubernetes"})

@@ -17,7 +17,7 @@ from gpufleet_twin.redfish import BMC_ADDRESS_ANNOTATION
 from gpufleet_twin.redfish.model import BmcTimings
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("gpufleet_twin.sim.seed") is None, reason="the simulation's seeding is not written yet"
+    importlib.util.find_spec("gpufleet_twin.harness.seed") is None, reason="the simulation's seeding is not written yet"
 )
 
 TIMINGS = BmcTimings(host_boot_seconds=120.0)
@@ -56,7 +56,7 @@ def test_fault_route_through_the_twin_api_server(tmp_path: Path) -> None:
     """The admin routes as the real API server mounts them: bearer token, JSON body."""
     from aiohttp import web
 
-    from gpufleet_twin.server import ApiServer
+    from gpufleet_twin.apiserver.server import ApiServer
 
     with running_twin(tmp_path, full=True) as bmcs:
         node = bmcs.fleet.nodes[1]

@@ -8,11 +8,11 @@ from pathlib import Path
 from bmc_harness import NODE_TYPE, running_twin
 from cryptography import x509
 
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import Twin
+from gpufleet_twin.apiserver.cluster import Twin
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.registry import Registry
+from gpufleet_twin.machinery.store import Store
 from gpufleet_twin.redfish import BMC_ADDRESS_ANNOTATION, find_fleet, install
-from gpufleet_twin.registry import Registry
-from gpufleet_twin.store import Store
 
 
 def bare_twin() -> Twin:

@@ -15,16 +15,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import Twin
-from gpufleet_twin.registry import Registry
-from gpufleet_twin.server import install_api_machinery
-from gpufleet_twin.sim.build import CoreSim, install_core
-from gpufleet_twin.sim.kinds import Kinds
-from gpufleet_twin.sim.recorder import Recorder
-from gpufleet_twin.sim.seed import SeedSpec, seed_cluster
-from gpufleet_twin.sim.state import SimState
-from gpufleet_twin.store import Store
+from gpufleet_twin.apiserver.cluster import Twin
+from gpufleet_twin.apiserver.server import install_api_machinery
+from gpufleet_twin.harness.build import CoreSim, install_core
+from gpufleet_twin.harness.recorder import Recorder
+from gpufleet_twin.harness.seed import SeedSpec, seed_cluster
+from gpufleet_twin.kube.state import SimState
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.kinds import Kinds
+from gpufleet_twin.machinery.registry import Registry
+from gpufleet_twin.machinery.store import Store
 
 Obj = dict[str, Any]
 START = 1_760_000_000.0

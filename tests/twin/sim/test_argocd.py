@@ -1,4 +1,4 @@
-"""The twin's Argo CD application controller (sim/argocd.py), in process on the simulated clock.
+"""The twin's Argo CD application controller (operators/argocd.py), in process on the simulated clock.
 
 A real git repository in a temporary folder holds a ClusterPolicy manifest; an Application points at it.
 The controller resolves revisions with the real ``git`` binary and writes the ClusterPolicy through the store.
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from simharness import SimCluster, make_cluster
 
-from gpufleet_twin import crd_schema
-from gpufleet_twin.registry import ResourceType
-from gpufleet_twin.sim import argocd, argocd_diff, argocd_git
-from gpufleet_twin.sim.faults import FaultInjector
+from gpufleet_twin.harness.faults import FaultInjector
+from gpufleet_twin.machinery import crd_schema
+from gpufleet_twin.machinery.registry import ResourceType
+from gpufleet_twin.operators import argocd, argocd_diff, argocd_git
 
 Obj = dict[str, Any]
 ROOT = pathlib.Path(__file__).resolve().parents[3]

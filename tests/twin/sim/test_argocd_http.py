@@ -21,8 +21,8 @@ import yaml
 from test_argocd import Repo
 from test_network_operator_http import kubectl
 
+from gpufleet_twin.operators import argocd
 from gpufleet_twin.process import TwinProcess, start_twin
-from gpufleet_twin.sim import argocd
 
 Obj = dict[str, Any]
 POLICY = "gpu-cluster-policy"

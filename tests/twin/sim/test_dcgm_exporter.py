@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet_twin.sim.dcgm_exporter import exposition, scrape_targets
-from gpufleet_twin.sim.state import NodeHealth
+from gpufleet_twin.kube.state import NodeHealth
+from gpufleet_twin.operators.dcgm_exporter import exposition, scrape_targets
 
 
 def _node(**fields: object) -> NodeHealth:

@@ -6,7 +6,7 @@ import asyncio
 
 from simharness import make_cluster
 
-from gpufleet_twin.sim.events import EventRecorder, kubelet_node_reference
+from gpufleet_twin.kube.events import EventRecorder, kubelet_node_reference
 
 
 def test_repeated_events_aggregate_and_expire() -> None:

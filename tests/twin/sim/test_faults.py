@@ -8,11 +8,12 @@ import time
 import pytest
 from simharness import SimCluster, make_cluster
 
-from gpufleet_twin import errors
-from gpufleet_twin.cluster import RequestInfo
-from gpufleet_twin.sim import argocd, podutil
-from gpufleet_twin.sim.faults import FaultInjector, validate_fault
-from gpufleet_twin.sim.workloads import NEVER_ALLOW_ANNOTATION
+from gpufleet_twin.apiserver.cluster import RequestInfo
+from gpufleet_twin.harness.faults import FaultInjector, validate_fault
+from gpufleet_twin.kube import podutil
+from gpufleet_twin.kube.workloads import NEVER_ALLOW_ANNOTATION
+from gpufleet_twin.machinery import errors
+from gpufleet_twin.operators import argocd
 
 PATCH_NODE = RequestInfo(method="PATCH", path="/api/v1/nodes/n", verb="patch", resource="nodes", name="n")
 GET_NODE = RequestInfo(method="GET", path="/api/v1/nodes/n", verb="get", resource="nodes", name="n")
@@ -298,7 +299,7 @@ FAULT_CASES = {
 
 
 def test_every_node_fault_kind_is_covered() -> None:
-    from gpufleet_twin.sim.faults import NODE_FAULTS
+    from gpufleet_twin.harness.faults import NODE_FAULTS
 
     assert set(FAULT_CASES) == NODE_FAULTS
 
@@ -364,7 +365,7 @@ def test_a_cordon_that_was_there_before_the_fault_stays() -> None:
     cluster = make_cluster(nodes=1)
     faults = injector(cluster)
     node = cluster.workers[0]
-    from gpufleet_twin.sim.faults import cordon_node
+    from gpufleet_twin.harness.faults import cordon_node
 
     cordon_node(cluster.twin, cluster.kinds, node)
     fault = faults.add({"type": "cordon", "node": node})

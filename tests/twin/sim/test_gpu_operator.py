@@ -1,4 +1,4 @@
-"""The twin's GPU Operator (sim/gpu_operator.py), in-process against the store and the simulated
+"""The twin's GPU Operator (operators/gpu_operator.py), in-process against the store and the simulated
 kubelet, scheduler and workload controllers, on a fast simulated clock.
 
 Each test seeds a small GPU cluster, lets the controllers run for a bounded
@@ -21,19 +21,20 @@ from typing import Any
 
 import pytest
 
-from gpufleet_twin import crd_schema
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import Twin
-from gpufleet_twin.registry import Registry, ResourceType
-from gpufleet_twin.server import install_api_machinery
-from gpufleet_twin.sim import gpu_operator as gop
-from gpufleet_twin.sim import nodelabels, podutil, upgrade_apply
-from gpufleet_twin.sim import upgrade_model as um
-from gpufleet_twin.sim.build import install_core
-from gpufleet_twin.sim.kinds import Kinds
-from gpufleet_twin.sim.seed import SeedSpec, seed_cluster
-from gpufleet_twin.sim.state import SimState
-from gpufleet_twin.store import Store, WatchEvent
+from gpufleet_twin.apiserver.cluster import Twin
+from gpufleet_twin.apiserver.server import install_api_machinery
+from gpufleet_twin.harness.build import install_core
+from gpufleet_twin.harness.seed import SeedSpec, seed_cluster
+from gpufleet_twin.kube import nodelabels, podutil
+from gpufleet_twin.kube.state import SimState
+from gpufleet_twin.machinery import crd_schema
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.kinds import Kinds
+from gpufleet_twin.machinery.registry import Registry, ResourceType
+from gpufleet_twin.machinery.store import Store, WatchEvent
+from gpufleet_twin.operators import gpu_operator as gop
+from gpufleet_twin.operators import upgrade_apply
+from gpufleet_twin.operators import upgrade_model as um
 
 Obj = dict[str, Any]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from simharness import SimCluster, pod_manifest
 
-from gpufleet_twin.sim import podutil
-from gpufleet_twin.sim.kubelet import OUTCOME_ANNOTATION, RUN_FOR_ANNOTATION
-from gpufleet_twin.sim.state import NodeHealth, PodPlan
+from gpufleet_twin.kube import podutil
+from gpufleet_twin.kube.kubelet import OUTCOME_ANNOTATION, RUN_FOR_ANNOTATION
+from gpufleet_twin.kube.state import NodeHealth, PodPlan
 
 
 def _container(pod: dict) -> dict:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet_twin import errors
-from gpufleet_twin.sim import logs
-from gpufleet_twin.sim.state import IbPort, NodeHealth, SimState
+from gpufleet_twin.kube import logs
+from gpufleet_twin.kube.state import IbPort, NodeHealth, SimState
+from gpufleet_twin.machinery import errors
 
 SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "reference" / "samples"
 MOMENT = 1_737_368_306.0  # Mon Jan 20 10:18:26 2025 UTC

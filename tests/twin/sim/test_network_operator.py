@@ -1,4 +1,4 @@
-"""The twin's Network Operator (sim/network_operator.py): MOFED DaemonSets, driver reloads, OFED upgrades.
+"""The twin's Network Operator (operators/network_operator.py): MOFED DaemonSets, driver reloads, OFED upgrades.
 
 In-process clusters are built with ``build.populate`` (the same path ``serve`` takes) on a fast
 simulated clock; one test drives ``python -m gpufleet_twin serve`` with kubectl.
@@ -15,17 +15,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import Twin
-from gpufleet_twin.registry import Registry, ResourceType
-from gpufleet_twin.server import install_api_machinery, install_crds, load_crd_manifests, own_crds_directory
-from gpufleet_twin.sim import network_operator as netop
-from gpufleet_twin.sim import upgrade_model as um
-from gpufleet_twin.sim.build import populate
-from gpufleet_twin.sim.kinds import Kinds
-from gpufleet_twin.sim.podutil import MULTUS_NETWORKS_ANNOTATION
-from gpufleet_twin.sim.state import SimState
-from gpufleet_twin.store import Store
+from gpufleet_twin.apiserver.cluster import Twin
+from gpufleet_twin.apiserver.server import install_api_machinery, install_crds, load_crd_manifests, own_crds_directory
+from gpufleet_twin.harness.build import populate
+from gpufleet_twin.kube.podutil import MULTUS_NETWORKS_ANNOTATION
+from gpufleet_twin.kube.state import SimState
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.kinds import Kinds
+from gpufleet_twin.machinery.registry import Registry, ResourceType
+from gpufleet_twin.machinery.store import Store
+from gpufleet_twin.operators import network_operator as netop
+from gpufleet_twin.operators import upgrade_model as um
 
 Obj = dict[str, Any]
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from test_network_operator import PlatformCluster, make_platform_cluster
 
+from gpufleet_twin.operators import network_operator as netop
+from gpufleet_twin.operators import upgrade_model as um
 from gpufleet_twin.process import SHARED_CRDS, TwinProcess, start_twin
-from gpufleet_twin.sim import network_operator as netop
-from gpufleet_twin.sim import upgrade_model as um
 
 Obj = dict[str, Any]
 NEW_MOFED = "25.01-0.6.0.0"

@@ -1,4 +1,4 @@
-"""The twin's OLM model (sim/olm.py): Subscription channel -> InstallPlan -> approval -> new CSV and operator image.
+"""The twin's OLM model (operators/olm.py): Subscription channel -> InstallPlan -> approval -> new CSV, operator image.
 
 In-process against the store with the core controllers and the GPU Operator
 simulation (which attaches OLM on the openshift profile), on a fast clock.
@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 
-from gpufleet_twin import crd_schema
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import Twin
-from gpufleet_twin.registry import Registry, ResourceType
-from gpufleet_twin.server import install_api_machinery
-from gpufleet_twin.sim import gpu_operator as gop
-from gpufleet_twin.sim import olm
-from gpufleet_twin.sim.build import install_core
-from gpufleet_twin.sim.kinds import Kinds
-from gpufleet_twin.sim.seed import SeedSpec, seed_cluster
-from gpufleet_twin.sim.state import SimState
-from gpufleet_twin.store import Store
+from gpufleet_twin.apiserver.cluster import Twin
+from gpufleet_twin.apiserver.server import install_api_machinery
+from gpufleet_twin.harness.build import install_core
+from gpufleet_twin.harness.seed import SeedSpec, seed_cluster
+from gpufleet_twin.kube.state import SimState
+from gpufleet_twin.machinery import crd_schema
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.kinds import Kinds
+from gpufleet_twin.machinery.registry import Registry, ResourceType
+from gpufleet_twin.machinery.store import Store
+from gpufleet_twin.operators import gpu_operator as gop
+from gpufleet_twin.operators import olm
 
 Obj = dict[str, Any]
 NAMESPACE = "nvidia-gpu-operator"

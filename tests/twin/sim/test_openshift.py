@@ -1,4 +1,4 @@
-"""The twin's OpenShift profile (sim/openshift.py): MachineConfigPools and the ClusterVersion update."""
+"""The twin's OpenShift profile (operators/openshift.py): MachineConfigPools and the ClusterVersion update."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from test_network_operator import PlatformCluster, make_platform_cluster
 
-from gpufleet_twin.sim import openshift as ocp
+from gpufleet_twin.operators import openshift as ocp
 
 Obj = dict[str, Any]
 TARGET = "4.17.3"

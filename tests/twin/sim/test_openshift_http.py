@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from gpufleet_twin.operators import openshift as ocp
 from gpufleet_twin.process import SHARED_CRDS, TwinProcess, start_twin
-from gpufleet_twin.sim import openshift as ocp
 
 pytestmark = pytest.mark.skipif(not SHARED_CRDS.is_dir(), reason="needs ../shared/reference/crds")
 TARGET = "4.17.3"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from simharness import SimCluster, pod_manifest
 
-from gpufleet_twin.cluster import RequestInfo
-from gpufleet_twin.sim.podutil import MULTUS_NETWORKS_ANNOTATION
-from gpufleet_twin.sim.recorder import UPGRADE_STATE_LABEL
+from gpufleet_twin.apiserver.cluster import RequestInfo
+from gpufleet_twin.harness.recorder import UPGRADE_STATE_LABEL
+from gpufleet_twin.kube.podutil import MULTUS_NETWORKS_ANNOTATION
 
 
 def cordon(cluster: SimCluster, name: str, value: bool = True) -> None:

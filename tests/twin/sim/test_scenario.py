@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet_twin.server import create_twin
-from gpufleet_twin.sim import podutil
-from gpufleet_twin.sim.build import populate
-from gpufleet_twin.sim.faults import FaultInjector
-from gpufleet_twin.sim.kinds import Kinds
-from gpufleet_twin.sim.scenario import ScenarioError, load_scenario, parse_scenario
+from gpufleet_twin.apiserver.server import create_twin
+from gpufleet_twin.harness.build import populate
+from gpufleet_twin.harness.faults import FaultInjector
+from gpufleet_twin.harness.scenario import ScenarioError, load_scenario, parse_scenario
+from gpufleet_twin.kube import podutil
+from gpufleet_twin.machinery.kinds import Kinds
 
 SCENARIO = """\
 description: canary pool with a node that never comes back

@@ -8,10 +8,10 @@ import time
 import pytest
 from simharness import make_cluster
 
-from gpufleet_twin.server import create_twin
-from gpufleet_twin.sim import podutil
-from gpufleet_twin.sim.seed import SeedSpec, seed_cluster, worker_name_width, workload_objects
-from gpufleet_twin.sim.state import SimState
+from gpufleet_twin.apiserver.server import create_twin
+from gpufleet_twin.harness.seed import SeedSpec, seed_cluster, worker_name_width, workload_objects
+from gpufleet_twin.kube import podutil
+from gpufleet_twin.kube.state import SimState
 
 
 def test_openshift_nodes_look_like_rhcos_gpu_nodes() -> None:

@@ -1,12 +1,12 @@
-"""ServiceAccounts as kube-controller-manager and the admission plugin keep them (sim/serviceaccounts.py, rootca.py)."""
+"""ServiceAccounts as kube-controller-manager and the admission plugin keep them (kube/serviceaccounts.py, rootca)."""
 
 from __future__ import annotations
 
 import pytest
 from simharness import pod_manifest
 
-from gpufleet_twin import errors
-from gpufleet_twin.sim.rootca import ROOT_CA_CONFIGMAP
+from gpufleet_twin.kube.rootca import ROOT_CA_CONFIGMAP
+from gpufleet_twin.machinery import errors
 
 
 def test_every_namespace_gets_default_and_root_ca(simulate) -> None:

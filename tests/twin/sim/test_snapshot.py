@@ -12,16 +12,16 @@ import pytest
 import yaml
 from simharness import START
 
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import Twin
-from gpufleet_twin.registry import Registry
-from gpufleet_twin.server import create_twin, install_api_machinery
-from gpufleet_twin.sim import podutil
-from gpufleet_twin.sim.build import install_core, populate
-from gpufleet_twin.sim.kinds import Kinds
-from gpufleet_twin.sim.snapshot import driver_from_labels, health_from_node, load_snapshot
-from gpufleet_twin.sim.state import SimState
-from gpufleet_twin.store import Store
+from gpufleet_twin.apiserver.cluster import Twin
+from gpufleet_twin.apiserver.server import create_twin, install_api_machinery
+from gpufleet_twin.harness.build import install_core, populate
+from gpufleet_twin.harness.snapshot import driver_from_labels, health_from_node, load_snapshot
+from gpufleet_twin.kube import podutil
+from gpufleet_twin.kube.state import SimState
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.kinds import Kinds
+from gpufleet_twin.machinery.registry import Registry
+from gpufleet_twin.machinery.store import Store
 
 SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "reference" / "samples" / "nodes"
 RKE2_NODES = SAMPLES / "rke2-a16-vgpu-550.90.07-get-nodes.json"

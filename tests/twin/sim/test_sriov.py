@@ -1,4 +1,4 @@
-"""The twin's SR-IOV operator (sim/sriov.py) and the Network Operator 24.10 upgrade hazard.
+"""The twin's SR-IOV operator (operators/sriov.py) and the Network Operator 24.10 upgrade hazard.
 
 In-process clusters are built with ``build.populate`` (the path ``serve`` takes) and driven by advancing the
 simulated clock by hand; one test starts ``python -m gpufleet_twin serve`` and uses the kubernetes client.
@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.cluster import Twin
-from gpufleet_twin.registry import Registry, ResourceType
-from gpufleet_twin.server import install_api_machinery, install_crds, load_crd_manifests, own_crds_directory
-from gpufleet_twin.sim import network_operator as netop
-from gpufleet_twin.sim import sriov
-from gpufleet_twin.sim.build import populate
-from gpufleet_twin.sim.kinds import Kinds
-from gpufleet_twin.sim.podutil import MULTUS_NETWORKS_ANNOTATION
-from gpufleet_twin.sim.state import IbPort, NodeHealth, SimState
-from gpufleet_twin.store import Store
+from gpufleet_twin.apiserver.cluster import Twin
+from gpufleet_twin.apiserver.server import install_api_machinery, install_crds, load_crd_manifests, own_crds_directory
+from gpufleet_twin.harness.build import populate
+from gpufleet_twin.kube.podutil import MULTUS_NETWORKS_ANNOTATION
+from gpufleet_twin.kube.state import IbPort, NodeHealth, SimState
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.kinds import Kinds
+from gpufleet_twin.machinery.registry import Registry, ResourceType
+from gpufleet_twin.machinery.store import Store
+from gpufleet_twin.operators import network_operator as netop
+from gpufleet_twin.operators import sriov
 
 Obj = dict[str, Any]
 OPERATOR_IMAGE = netop.NetworkOperatorRelease().operator_image

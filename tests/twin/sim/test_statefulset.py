@@ -1,8 +1,8 @@
-"""The StatefulSet controller (sim/statefulset.py): ordered pods, scaling, rolling updates with a partition."""
+"""The StatefulSet controller (kube/statefulset.py): ordered pods, scaling, rolling updates with a partition."""
 
 from __future__ import annotations
 
-from gpufleet_twin.sim import podutil
+from gpufleet_twin.kube import podutil
 
 
 def _statefulset(name: str = "web", *, replicas: int = 3, policy: str = "OrderedReady", image: str = "web:1") -> dict:

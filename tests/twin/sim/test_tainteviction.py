@@ -1,11 +1,11 @@
-"""NoExecute taints evict pods as the taint-eviction controller does (sim/tainteviction.py)."""
+"""NoExecute taints evict pods as the taint-eviction controller does (kube/tainteviction.py)."""
 
 from __future__ import annotations
 
 from simharness import pod_manifest
 
-from gpufleet_twin.sim import podutil
-from gpufleet_twin.sim.tainteviction import eviction_delay
+from gpufleet_twin.kube import podutil
+from gpufleet_twin.kube.tainteviction import eviction_delay
 
 
 def _taint(cluster, node: str, taints: list[dict]) -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of the pure driver-upgrade state machine (sim/upgrade_model.py).
+"""Unit tests of the pure driver-upgrade state machine (operators/upgrade_model.py).
 
 Each case names the upstream source or documentation it checks:
 k8s-operator-libs pkg/upgrade (consts.go, common_manager.go, upgrade_inplace.go,
@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from gpufleet_twin.sim import upgrade_model as um
-from gpufleet_twin.sim.upgrade_model import (
+from gpufleet_twin.operators import upgrade_model as um
+from gpufleet_twin.operators.upgrade_model import (
     GPU_DRIVER,
     OFED_DRIVER,
     ChangeState,

@@ -6,9 +6,9 @@ import copy
 
 from simharness import SimCluster
 
-from gpufleet_twin.sim import podutil
-from gpufleet_twin.sim.kubelet import OUTCOME_ANNOTATION, RUN_FOR_ANNOTATION
-from gpufleet_twin.sim.workloads import NEVER_ALLOW_ANNOTATION, REVISION_HASH_LABEL, template_hash
+from gpufleet_twin.kube import podutil
+from gpufleet_twin.kube.kubelet import OUTCOME_ANNOTATION, RUN_FOR_ANNOTATION
+from gpufleet_twin.kube.workloads import NEVER_ALLOW_ANNOTATION, REVISION_HASH_LABEL, template_hash
 
 
 def daemonset(name: str, *, strategy: dict | None = None, node_selector: dict | None = None) -> dict:

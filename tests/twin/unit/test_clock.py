@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gpufleet_twin.clock import SimClock
+from gpufleet_twin.machinery.clock import SimClock
 
 SCALE = 600.0
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet_twin import errors
-from gpufleet_twin.clock import SimClock
-from gpufleet_twin.crd_schema import (
+from gpufleet_twin.machinery import errors
+from gpufleet_twin.machinery.clock import SimClock
+from gpufleet_twin.machinery.crd_schema import (
     apply_defaults,
     crds_from_yaml,
     make_crd_admission,
@@ -24,9 +24,9 @@ from gpufleet_twin.crd_schema import (
     validate,
     walk_schema,
 )
-from gpufleet_twin.patching import json_merge_patch
-from gpufleet_twin.registry import Registry, ResourceType
-from gpufleet_twin.store import Store
+from gpufleet_twin.machinery.patching import json_merge_patch
+from gpufleet_twin.machinery.registry import Registry, ResourceType
+from gpufleet_twin.machinery.store import Store
 
 REFERENCE = Path(__file__).resolve().parents[3].parent / "shared" / "reference"
 CRD_DIR = REFERENCE / "crds"

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from gpufleet_twin import errors
-from gpufleet_twin.patching import (
+from gpufleet_twin.machinery import errors
+from gpufleet_twin.machinery.patching import (
     PATCH_STRATEGIES,
     apply_patch,
     json_merge_patch,

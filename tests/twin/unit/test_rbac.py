@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpufleet_twin import rbac
-from gpufleet_twin.errors import ApiError
-from gpufleet_twin.serviceaccount_tokens import ADMIN, UserInfo
+from gpufleet_twin.apiserver import rbac
+from gpufleet_twin.apiserver.serviceaccount_tokens import ADMIN, UserInfo
+from gpufleet_twin.machinery.errors import ApiError
 
 AUDIT = UserInfo(
     username="system:serviceaccount:gpufleet:audit",
@@ -535,7 +535,7 @@ def test_impersonation_needs_the_impersonate_verb():
 
 
 def test_escalation_check_breaks_rules_down_and_words_the_missing_ones_as_go_does():
-    from gpufleet_twin import rbac_escalation as escalation
+    from gpufleet_twin.apiserver import rbac_escalation as escalation
 
     held = [
         {"apiGroups": [""], "resources": ["nodes", "pods/*"], "verbs": ["get", "list"]},

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet_twin import errors
-from gpufleet_twin.selectors import (
+from gpufleet_twin.machinery import errors
+from gpufleet_twin.machinery.selectors import (
     label_selector_from_dict,
     label_selector_from_map,
     parse_field_selector,

@@ -26,13 +26,13 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import tls
-from .cluster import Twin
+from .apiserver.cluster import Twin
+from .apiserver.server import ApiServer, create_twin, install_crds, load_crd_manifests, own_crds_directory
+from .apiserver.serviceaccount_tokens import StaticTokens
+from .harness.build import install_garbage_collector, install_request_recorder
+from .harness.build import populate as populate_simulation
+from .machinery import tls
 from .redfish import service as bmc_service
-from .server import ApiServer, create_twin, install_crds, load_crd_manifests, own_crds_directory
-from .serviceaccount_tokens import StaticTokens
-from .sim.build import install_garbage_collector, install_request_recorder
-from .sim.build import populate as populate_simulation
 
 log = logging.getLogger("gpufleet_twin")
 
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--argocd",
         action="store_true",
-        help="run the Argo CD application controller (Applications on local git repositories; sim/argocd.py)",
+        help="run the Argo CD application controller (Applications on local git repositories; operators/argocd.py)",
     )
     serve.add_argument(
         "--argocd-poll",

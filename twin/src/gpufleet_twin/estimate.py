@@ -7,7 +7,7 @@ For each candidate upgrade policy and each seed, a twin is built in this
 process from the snapshot folder (the same loader as ``serve
 --from-snapshot``), its controllers run on the twin's own clock (no HTTP, no ansible: a run of
 hours takes seconds), and the GPU
-Operator's upgrade controller of the twin (``sim/upgrade_model.py``, the model
+Operator's upgrade controller of the twin (``operators/upgrade_model.py``, the model
 the single rehearsal's stage drives through the API) rolls the driver: every
 node held by a canary skip label is released and the ClusterPolicy's
 ``upgradePolicy`` gets the candidate's ``maxUnavailable`` and
@@ -35,19 +35,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .server import create_twin, install_crds, load_crd_manifests, own_crds_directory
-from .sim import upgrade_model as um
-from .sim.build import populate
-from .sim.gpu_operator import DRIVER_SECONDS_ANNOTATION
-from .sim.kinds import Kinds
+from .apiserver.server import create_twin, install_crds, load_crd_manifests, own_crds_directory
+from .harness.build import populate
+from .machinery.kinds import Kinds
+from .operators import upgrade_model as um
+from .operators.gpu_operator import DRIVER_SECONDS_ANNOTATION
 
 Obj = dict[str, Any]
 
 GPU_PRESENT = "nvidia.com/gpu.present"
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"  # GFD: the driver loaded on the node
 STEP_SECONDS = 5.0  # simulated seconds between two looks at the nodes' states
-# Simulated seconds per real second: the clock is only held back by the loop's turns (clock.py's max_step), so a
-# rollout runs as fast as the controllers can work.
+# Simulated seconds per real second: the clock is only held back by the loop's turns (machinery/clock.py's
+# max_step), so a rollout runs as fast as the controllers can work.
 TIME_SCALE = 100_000.0
 SETTLE_SECONDS = 1800.0
 

@@ -109,7 +109,7 @@ def start_twin(
 
     ``distributed_training`` also seeds the StatefulSet ``ml-training/dist-train`` and its PDB
     (``serve --distributed-training``).  ``argocd`` runs the Argo CD application controller
-    (``serve --argocd``, ``sim/argocd.py``), polling repositories every ``argocd_poll`` simulated
+    (``serve --argocd``, ``operators/argocd.py``), polling repositories every ``argocd_poll`` simulated
     seconds (default 180).
     """
     workdir = workdir or pathlib.Path(tempfile.mkdtemp(prefix="gpufleet-twin-"))

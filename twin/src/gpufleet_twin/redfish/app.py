@@ -31,17 +31,7 @@ from aiohttp import web
 
 from . import resources as res
 from .image import FirmwareImage, ImageRejected, parse_firmware_image
-from .model import (
-    INVENTORY_URI,
-    MANAGER_URI,
-    MSG_BAD_SIGNATURE,
-    SYSTEM_URI,
-    TASKS_URI,
-    Bmc,
-    Job,
-    RedfishError,
-    Session,
-)
+from .model import INVENTORY_URI, MANAGER_URI, MSG_BAD_SIGNATURE, SYSTEM_URI, TASKS_URI, Bmc, Job, RedfishError, Session
 
 log = logging.getLogger(__name__)
 

@@ -52,7 +52,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ..tls import generate_ca_pem
+from ..machinery.tls import generate_ca_pem
 from .app import create_app
 from .image import ImageRejected, parse_firmware_image
 from .model import (

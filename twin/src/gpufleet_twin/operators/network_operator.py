@@ -1,0 +1,579 @@
+"""The twin's NVIDIA Network Operator: NicClusterPolicy into MOFED DaemonSets, the MOFED driver's
+life on a node, and its driver upgrade controller.
+
+Modelled on Mellanox/network-operator 24.7 (``api/v1alpha1/nicclusterpolicy_types.go``,
+``docs/life-cycle-management.rst``, ``controllers/upgrade_controller.go``):
+
+- ``NicClusterPolicy`` (``mellanox.com/v1alpha1``, cluster-scoped, ``nic-cluster-policy``)
+  ``spec.ofedDriver`` {image, repository, version, upgradePolicy} renders one
+  MOFED DaemonSet per OS of the Mellanox nodes (NFD ``pci-15b3.present``),
+  ``updateStrategy: OnDelete`` (the operator never restarts a driver pod by
+  itself), pods labelled ``nvidia.com/ofed-driver`` and ``app=mofed-<os>``,
+  image ``<repository>/<image>:<version>-<os>-amd64``.  On OpenShift there is
+  one DaemonSet per RHCOS OSTREE version (node selector on NFD's
+  ``OSTREE_VERSION``), as the driver is built against each RHCOS kernel.
+- A MOFED pod (``SimState.pod_behaviours``): when it stops the driver unloads,
+  so the node's secondary network (``NodeHealth.secondary_network_up``) goes
+  down and the kubelet records every Running pod on the node that uses a
+  Multus network as disrupted; the next pod reloads the driver after
+  ``mofed_reload`` seconds (``NodeHealth.mofed_version``) and the network
+  returns.  A version with no build for the node's kernel
+  (``SimState.mofed_builds_for``) crash-loops and the network stays down.
+- With ``upgradePolicy.autoUpgrade`` the operator's upgrade controller runs the
+  shared library's state machine (``upgrade_model.plan_upgrade`` with the
+  ``OFED_DRIVER`` flavor: label ``nvidia.com/ofed-driver-upgrade-state``,
+  maxParallelUpgrades, drain with its podSelector and timeout, no pod-deletion
+  or validation state and no maxUnavailable).
+
+Where the twin knowingly differs: evictions go through the store (they honour
+PDBs, not request hooks); the controller also wakes on MOFED pod changes
+(upstream requeues every 2 minutes); the other NicClusterPolicy components
+(RDMA shared device plugin, secondary network, NV-IPAM...) are accepted in
+the spec but render nothing; ``safeLoad`` is not modelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..kube import nodelabels, podutil
+from ..kube.index import ClusterIndex
+from ..kube.state import NodeHealth, PodPlan, SimState
+from ..machinery import errors
+from ..machinery.kinds import Kinds
+from ..machinery.registry import ResourceType
+from ..machinery.selectors import label_selector_from_map
+from ..machinery.store import Store, WatchEvent
+from ..machinery.wake import Waker
+from . import upgrade_apply
+from . import upgrade_model as um
+
+if TYPE_CHECKING:
+    from ..apiserver.cluster import Twin
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+GROUP = "mellanox.com"
+API_VERSION = f"{GROUP}/v1alpha1"
+NIC_POLICY_PLURAL = "nicclusterpolicies"
+NIC_POLICY_NAME = "nic-cluster-policy"
+NAMESPACE = "nvidia-network-operator"
+OPERATOR_DEPLOYMENT = "network-operator"
+OPERATOR_COMPONENT = "network-operator"
+OFED_LABEL = "nvidia.com/ofed-driver"  # every MOFED pod carries it (upstream's driver pod selector)
+MOFED_CONTAINER = "mofed-container"
+MELLANOX_PRESENT_LABEL = "feature.node.kubernetes.io/pci-15b3.present"
+# Twin knob (not an upstream key): simulated seconds a MOFED reload takes on this Node, so reload times can
+# differ per node as they do on real fleets (NIC count, kernel, image pull); benchmarks set it.
+RELOAD_SECONDS_ANNOTATION = "twin.gpufleet.io/mofed-reload-seconds"
+FLAVOR = um.OFED_DRIVER
+STATE_LABEL = FLAVOR.state_label
+_NEEDS_PODS = frozenset({um.STATE_WAIT_FOR_JOBS_REQUIRED, um.STATE_DRAIN_REQUIRED})
+
+
+@dataclass(frozen=True)
+class NetworkOperatorRelease:
+    """What the twin seeds: the operator release and the MOFED (DOCA driver) it ships."""
+
+    operator_version: str = "24.7.0"
+    mofed_version: str = "24.07-0.6.1.0"
+    mofed_repository: str = "nvcr.io/nvidia/mellanox"
+    mofed_image: str = "doca-driver"
+    operator_image: str = "nvcr.io/nvidia/cloud-native/network-operator"
+
+
+@dataclass(frozen=True)
+class NetworkOperatorTimings:
+    mofed_reload: float = 180.0  # unload + load of the mlx5 stack from a precompiled container
+    mofed_reload_openshift: float = 420.0  # built against the RHCOS kernel first (driver toolkit)
+    mofed_already_loaded: float = 10.0
+    build_failure: float = 90.0
+    upgrade_requeue: float = 120.0  # upstream plannedRequeueInterval
+    eviction_retry: float = 5.0
+
+
+# -- rendering (pure) -------------------------------------------------------------------------------
+def default_nic_cluster_policy(*, release: NetworkOperatorRelease, mofed_version: str) -> Obj:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NicClusterPolicy",
+        "metadata": {"name": NIC_POLICY_NAME},
+        "spec": {
+            "ofedDriver": {
+                "image": release.mofed_image,
+                "repository": release.mofed_repository,
+                "version": mofed_version,
+                "upgradePolicy": {
+                    "autoUpgrade": False,
+                    "maxParallelUpgrades": 1,
+                    "safeLoad": False,
+                    "drain": {
+                        "enable": True,
+                        "force": True,
+                        "podSelector": "",
+                        "timeoutSeconds": 300,
+                        "deleteEmptyDir": True,
+                    },
+                },
+            },
+        },
+    }
+
+
+def operator_deployment(*, release: NetworkOperatorRelease) -> Obj:
+    labels = {"app.kubernetes.io/name": "network-operator", "control-plane": "network-operator"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": OPERATOR_DEPLOYMENT, "namespace": NAMESPACE, "labels": dict(labels)},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": dict(labels)},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "containers": [
+                        {"name": "network-operator", "image": f"{release.operator_image}:v{release.operator_version}"}
+                    ]
+                },
+            },
+        },
+    }
+
+
+def operator_csv(*, release: NetworkOperatorRelease) -> Obj:
+    return {
+        "apiVersion": "operators.coreos.com/v1alpha1",
+        "kind": "ClusterServiceVersion",
+        "metadata": {"name": f"nvidia-network-operator.v{release.operator_version}", "namespace": NAMESPACE},
+        "spec": {
+            "displayName": "NVIDIA Network Operator",
+            "version": release.operator_version,
+            "provider": {"name": "NVIDIA"},
+        },
+        "status": {"phase": "Succeeded", "reason": "InstallSucceeded"},
+    }
+
+
+def mofed_image(ofed: Mapping[str, Any], os_tag: str) -> str:
+    """``<repository>/<image>:<version>-<os>-amd64`` as the MOFED state renders the container image."""
+    base = f"{ofed.get('repository')}/{ofed.get('image', 'doca-driver')}"
+    return f"{base}:{ofed.get('version', '')}-{os_tag}-amd64"
+
+
+def mofed_version_of_image(image: str) -> str:
+    tag = image.rsplit(":", 1)[-1]
+    parts = tag.rsplit("-", 2)  # <version>-<os>-<arch>; the OS tag and arch have no dash
+    return parts[0] if len(parts) == 3 else tag
+
+
+def render_mofed_daemonsets(policy: Obj, *, node_labels: Mapping[str, Mapping[str, str]], openshift: bool) -> list[Obj]:
+    """One OnDelete DaemonSet per OS (per RHCOS OSTREE version on OpenShift) of the Mellanox nodes."""
+    ofed = (policy.get("spec") or {}).get("ofedDriver")
+    if not isinstance(ofed, dict) or not ofed.get("version"):
+        return []
+    pools: dict[tuple[str, str | None], None] = {}
+    for labels in node_labels.values():
+        if labels.get(MELLANOX_PRESENT_LABEL) != "true":
+            continue
+        os_tag = nodelabels.node_os_tag(labels)
+        if os_tag is None:
+            continue
+        pools[(os_tag, labels.get(nodelabels.OSTREE_LABEL) if openshift else None)] = None
+    owner = podutil.owner_reference(policy, block_owner_deletion=True)
+    daemonsets = []
+    for os_tag, ostree in sorted(pools, key=lambda k: (k[0], k[1] or "")):
+        app = f"mofed-{os_tag}"
+        selector = {
+            MELLANOX_PRESENT_LABEL: "true",
+            nodelabels.OS_ID_LABEL: os_tag.rstrip("0123456789."),
+            nodelabels.OS_VERSION_LABEL: os_tag[len(os_tag.rstrip("0123456789.")) :],
+        }
+        name = f"{app}-ds"
+        if ostree:
+            selector[nodelabels.OSTREE_LABEL] = ostree
+            name = f"{app}-{ostree}-ds"
+        pod_labels = {"app": app, OFED_LABEL: "", "nvidia.com/ofed-driver-ds": name}
+        daemonsets.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "labels": {"app": app, "nvidia.network-operator.state": "state-OFED"},
+                    "ownerReferences": [owner],
+                },
+                "spec": {
+                    # Upstream pins the driver with OnDelete: a new spec reaches a node only when its pod is
+                    # deleted, by hand or by the upgrade controller.
+                    "updateStrategy": {"type": "OnDelete"},
+                    "selector": {"matchLabels": {"app": app, "nvidia.com/ofed-driver-ds": name}},
+                    "template": {
+                        "metadata": {"labels": pod_labels},
+                        "spec": {
+                            "nodeSelector": selector,
+                            "hostNetwork": True,
+                            "priorityClassName": "system-node-critical",
+                            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                            "containers": [
+                                {
+                                    "name": MOFED_CONTAINER,
+                                    "image": mofed_image(ofed, os_tag),
+                                    "securityContext": {"privileged": True},
+                                }
+                            ],
+                        },
+                    },
+                },
+            }
+        )
+    return daemonsets
+
+
+# -- the operator ---------------------------------------------------------------------------------------
+@dataclass
+class OfedUpgradeStatus:
+    auto_upgrade: bool = False
+    counts: um.UpgradeCounts | None = None
+    blocked_reason: str = ""
+    reconciles: int = 0
+    node_states: dict[str, str] = field(default_factory=dict)
+
+
+class NetworkOperator:
+    """NicClusterPolicy controller, MOFED driver behaviour and OFED upgrade controller in one process."""
+
+    name = "network-operator"
+
+    def __init__(
+        self,
+        twin: Twin,
+        *,
+        release: NetworkOperatorRelease | None = None,
+        timings: NetworkOperatorTimings | None = None,
+    ) -> None:
+        if not isinstance(twin.sim, SimState):
+            raise RuntimeError("the Network Operator simulation needs twin.sim (build.populate sets it)")
+        self.twin = twin
+        self.sim: SimState = twin.sim
+        self.store: Store = twin.store
+        self.kinds = Kinds.from_registry(twin.registry)
+        self.policy_type: ResourceType | None = twin.registry.get(GROUP, NIC_POLICY_PLURAL)
+        self.csv_type = twin.registry.get("operators.coreos.com", "clusterserviceversions")
+        self.release = release or NetworkOperatorRelease()
+        self.timings = timings or NetworkOperatorTimings()
+        self.openshift = self.sim.profile == "openshift"
+        self.index = getattr(self.sim, "index", None) or ClusterIndex(self.store, self.kinds)
+        self.upgrade = OfedUpgradeStatus()
+        self._loaded_by: dict[str, str] = {}  # node -> uid of the MOFED pod whose driver is loaded
+        self.applier = upgrade_apply.UpgradeApplier(
+            store=self.store,
+            kinds=self.kinds,
+            flavor=FLAVOR,
+            component=OPERATOR_COMPONENT,
+            events=lambda: self.sim.events,
+        )
+        self._policy_dirty = True
+        self._upgrade_dirty = True
+        self._next_upgrade_at = 0.0
+        self._waker: Waker | None = None
+
+    # -- wiring -------------------------------------------------------------------------------------------
+    def install(self) -> None:
+        self.sim.pod_behaviours.append(self.plan_pod)
+        self.seed()
+        self.store.add_listener(self._listen)
+        self.twin.controllers.append(self)
+        self.twin.published["network_operator"] = {
+            "namespace": NAMESPACE,
+            "nic_cluster_policy": NIC_POLICY_NAME,
+            "version": self.release.operator_version,
+        }
+
+    def seed(self) -> None:
+        if self.store.try_get(self.kinds.namespace, None, NAMESPACE) is None:
+            labels = {"openshift.io/cluster-monitoring": "true"} if self.openshift else {}
+            self.store.create(self.kinds.namespace, {"metadata": {"name": NAMESPACE, "labels": labels}})
+        if self.store.try_get(self.kinds.deployment, NAMESPACE, OPERATOR_DEPLOYMENT) is None:
+            self.store.create(self.kinds.deployment, operator_deployment(release=self.release))
+        if self.openshift and self.csv_type is not None:
+            csv = operator_csv(release=self.release)
+            if self.store.try_get(self.csv_type, NAMESPACE, csv["metadata"]["name"]) is None:
+                self.store.create(self.csv_type, csv)
+        if self.policy_type is None:
+            log.warning("no NicClusterPolicy kind registered: the Network Operator has nothing to reconcile")
+            return
+        if not self.store.list(self.policy_type):
+            loaded = Counter(h.mofed_version for h in self.sim.nodes.values() if h.mofed_version)
+            version = loaded.most_common(1)[0][0] if loaded else self.release.mofed_version
+            self.store.create(self.policy_type, default_nic_cluster_policy(release=self.release, mofed_version=version))
+        self.reconcile_policy()
+
+    def _listen(self, event: WatchEvent) -> None:
+        key = event.rtype.key
+        wake = False
+        if self.policy_type is not None and key == self.policy_type.key:
+            self._policy_dirty = self._upgrade_dirty = wake = True
+        elif key == self.kinds.node.key:
+            old_labels = ((event.old or {}).get("metadata") or {}).get("labels")
+            if event.type != "MODIFIED" or old_labels != (event.obj.get("metadata") or {}).get("labels"):
+                self._policy_dirty = self._upgrade_dirty = wake = True
+        elif key in (self.kinds.daemonset.key, self.kinds.pod.key):
+            meta = event.obj.get("metadata") or {}
+            if meta.get("namespace") == NAMESPACE:
+                self._upgrade_dirty = wake = True
+                self._policy_dirty = self._policy_dirty or key == self.kinds.daemonset.key
+            elif key == self.kinds.pod.key and event.type == "DELETED":
+                node_name = (event.obj.get("spec") or {}).get("nodeName")
+                if node_name in self.applier.eviction_started:
+                    self._upgrade_dirty = wake = True
+        if wake and self._waker is not None:
+            self._waker.poke()
+
+    async def run(self, twin: Twin) -> None:
+        self._waker = Waker(self.store, twin.clock, on_event=lambda event: False)
+        while True:
+            started = time.thread_time()
+            try:
+                self.reconcile_once()
+            except Exception:  # the real operator logs and requeues
+                log.exception("network-operator reconcile failed")
+            spent = time.thread_time() - started
+            if spent > 0.005:
+                await asyncio.sleep(min(spent * 2.0, 2.0))
+            await self._waker.wait(max(0.0, self._next_upgrade_at - twin.clock.now()))
+
+    def reconcile_once(self) -> None:
+        now = self.twin.clock.now()
+        if self._policy_dirty:
+            self._policy_dirty = False
+            self.reconcile_policy()
+        if self._upgrade_dirty or now >= self._next_upgrade_at:
+            self._upgrade_dirty = False
+            self.reconcile_upgrade(now)
+
+    # -- NicClusterPolicy ----------------------------------------------------------------------------------
+    def active_policy(self) -> Obj | None:
+        if self.policy_type is None:
+            return None
+        return self.store.try_get(self.policy_type, None, NIC_POLICY_NAME)
+
+    def reconcile_policy(self) -> None:
+        policy = self.active_policy()
+        if policy is None:
+            return
+        node_labels = {name: node["metadata"].get("labels") or {} for name, node in self.index.nodes.items()}
+        desired = render_mofed_daemonsets(policy, node_labels=node_labels, openshift=self.openshift)
+        wanted = {ds["metadata"]["name"] for ds in desired}
+        for ds in desired:
+            current = self.store.try_get(self.kinds.daemonset, NAMESPACE, ds["metadata"]["name"])
+            if current is None:
+                self.store.create(self.kinds.daemonset, ds)
+            elif current["spec"]["template"] != ds["spec"]["template"]:
+
+                def change(obj: Obj, ds: Obj = ds) -> None:
+                    obj["spec"]["template"] = ds["spec"]["template"]
+
+                self.store.mutate(self.kinds.daemonset, NAMESPACE, ds["metadata"]["name"], change)
+        ready = True
+        for ds in self.store.list(self.kinds.daemonset, NAMESPACE):
+            if (ds["metadata"].get("labels") or {}).get("nvidia.network-operator.state") != "state-OFED":
+                continue
+            if ds["metadata"]["name"] not in wanted:
+                # A DaemonSet for an OS no node runs any more (e.g. the old RHCOS after an update).
+                self.store.delete(self.kinds.daemonset, NAMESPACE, ds["metadata"]["name"])
+                continue
+            status = ds.get("status") or {}
+            desired_count = int(status.get("desiredNumberScheduled") or 0)
+            ready = ready and int(status.get("numberReady") or 0) >= desired_count
+        state = "ready" if ready else "notReady"
+        new_status = {"state": state, "appliedStates": [{"name": "state-OFED", "state": state}]}
+        if policy.get("status") != new_status and self.policy_type is not None:
+
+            def write(obj: Obj) -> None:
+                obj["status"] = new_status
+
+            try:
+                self.store.mutate(self.policy_type, None, NIC_POLICY_NAME, write, subresource="status")
+            except errors.ApiError as exc:
+                log.debug("NicClusterPolicy status not written: %s", exc)
+
+    # -- MOFED pods ------------------------------------------------------------------------------------------
+    def plan_pod(self, pod: Obj, health: NodeHealth) -> PodPlan | None:
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") != NAMESPACE or OFED_LABEL not in (meta.get("labels") or {}):
+            return None
+        version = mofed_version_of_pod(pod)
+        if not self.sim.mofed_builds_for(version, health.kernel, node_name=health.name):
+            message = (
+                f"Failed to install MOFED {version}: no driver package for kernel {health.kernel} "
+                "(kernel-devel/headers not found)"
+            )
+            return PodPlan(outcome="crashloop", start_after=self.timings.build_failure, message=message, reason="Error")
+        if health.mofed_version == version:
+            delay = self.timings.mofed_already_loaded
+        else:
+            delay = self.reload_seconds(health.name)
+        uid = meta.get("uid", "")
+        node_name = health.name
+
+        def loaded(ready_pod: Obj) -> None:
+            self._loaded_by[node_name] = uid
+            node = self.sim.nodes[node_name]
+            node.mofed_version = version
+            node.secondary_network_up = True
+
+        def unloaded(stopped_pod: Obj) -> None:
+            # The driver container restores the inbox driver on exit: the NICs' netdevs and RDMA devices
+            # vanish for every container on the node until the next MOFED pod has loaded.
+            if self._loaded_by.get(node_name) == uid:
+                del self._loaded_by[node_name]
+                node = self.sim.nodes[node_name]
+                node.mofed_version = None
+                node.secondary_network_up = False
+
+        return PodPlan(outcome="ready", start_after=delay, on_ready=loaded, on_stop=unloaded)
+
+    def reload_seconds(self, node_name: str) -> float:
+        """The node's own reload time when annotated (RELOAD_SECONDS_ANNOTATION), else the profile's."""
+        node = self.index.nodes.get(node_name) or self.store.try_get(self.kinds.node, None, node_name) or {}
+        text = ((node.get("metadata") or {}).get("annotations") or {}).get(RELOAD_SECONDS_ANNOTATION)
+        try:
+            seconds = float(text) if text is not None else -1.0
+        except ValueError:
+            seconds = -1.0
+        if seconds >= 0:
+            return seconds
+        return self.timings.mofed_reload_openshift if self.openshift else self.timings.mofed_reload
+
+    # -- upgrade controller ------------------------------------------------------------------------------------
+    def reconcile_upgrade(self, now: float) -> None:
+        self._next_upgrade_at = now + self.timings.upgrade_requeue
+        policy_obj = self.active_policy()
+        if policy_obj is None:
+            return
+        ofed = (policy_obj.get("spec") or {}).get("ofedDriver") or {}
+        policy = um.UpgradePolicy.from_spec(ofed.get("upgradePolicy"), flavor=FLAVOR)
+        reconciles = self.upgrade.reconciles + 1
+        if not policy.auto_upgrade:
+            self.applier.reset_state_labels(
+                {name: (node["metadata"].get("labels") or {}) for name, node in self.index.nodes.items()}
+            )
+            self.upgrade = OfedUpgradeStatus(blocked_reason="OFED auto upgrade is disabled", reconciles=reconciles)
+            return
+        snapshot, unbound = self.build_snapshot(now=now)
+        if unbound:
+            # As the GPU Operator simulation: BuildState skips an unbound driver pod, so its node would look
+            # idle and its slot would go to another node; a real scheduler binds within milliseconds.
+            self.upgrade = OfedUpgradeStatus(
+                auto_upgrade=True, blocked_reason=f"MOFED pod {unbound[0]} is not bound yet", reconciles=reconciles
+            )
+            self._next_upgrade_at = now + 1.0
+            return
+        plan = um.plan_upgrade(snapshot, policy=policy, flavor=FLAVOR)
+        self.upgrade = OfedUpgradeStatus(
+            auto_upgrade=True,
+            counts=plan.counts,
+            blocked_reason=plan.blocked_reason,
+            reconciles=reconciles,
+            node_states={n.name: n.state(FLAVOR) for n in snapshot.nodes},
+        )
+        self.applier.apply_plan(plan, snapshot)
+        if any(n.state(FLAVOR) in _NEEDS_PODS for n in snapshot.nodes):
+            self._next_upgrade_at = min(self._next_upgrade_at, now + self.timings.eviction_retry)
+
+    def build_snapshot(self, *, now: float) -> tuple[um.ClusterSnapshot, list[str]]:
+        """BuildState over the MOFED DaemonSets and pods; also the names of pods not bound yet."""
+        daemonsets = [
+            ds
+            for ds in self.store.list(self.kinds.daemonset, NAMESPACE)
+            if (ds["metadata"].get("labels") or {}).get("nvidia.network-operator.state") == "state-OFED"
+        ]
+        by_uid = {ds["metadata"]["uid"]: ds for ds in daemonsets}
+        pods = self.store.list(self.kinds.pod, NAMESPACE, lambda p: OFED_LABEL in (p["metadata"].get("labels") or {}))
+        owned: Counter[str] = Counter()
+        nodes: list[um.NodeSnapshot] = []
+        unbound: list[str] = []
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            refs = pod["metadata"].get("ownerReferences") or []
+            owner = by_uid.get(refs[0].get("uid")) if refs else None
+            if refs and owner is None:
+                continue
+            if owner is not None:
+                owned[owner["metadata"]["uid"]] += 1
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if not node_name:
+                stamp = pod["metadata"].get("creationTimestamp")
+                if stamp and now - podutil.parse_time(stamp) < um.UNBOUND_GRACE_SECONDS:
+                    unbound.append(pod["metadata"]["name"])
+                continue
+            node = self.index.nodes.get(node_name)
+            if node is None:
+                continue
+            labels = node["metadata"].get("labels") or {}
+            state = labels.get(STATE_LABEL, "")
+            node_pods: tuple[um.NodePod, ...] = ()
+            if state in _NEEDS_PODS:
+                node_pods = tuple(
+                    upgrade_apply.node_pod(p)
+                    for p in self.index.pods_on(node_name)
+                    if p["metadata"].get("uid") != pod["metadata"].get("uid")
+                )
+            nodes.append(
+                um.NodeSnapshot(
+                    name=node_name,
+                    driver_pod=upgrade_apply.driver_pod_snapshot(pod, owner),
+                    labels=labels,
+                    annotations=node["metadata"].get("annotations") or {},
+                    unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+                    ready=upgrade_apply.node_condition_ready(node),
+                    pods=node_pods,
+                    eviction_started_at=self.applier.eviction_started_at(node_name, state),
+                )
+            )
+        ds_snapshots = tuple(
+            um.DriverDaemonSet(
+                name=ds["metadata"]["name"],
+                desired_number_scheduled=int((ds.get("status") or {}).get("desiredNumberScheduled") or 0),
+                owned_pods=owned[ds["metadata"]["uid"]],
+                latest_revision_hash=self._latest_revision_hash(ds),
+            )
+            for ds in daemonsets
+        )
+        nodes.sort(key=lambda n: n.name)
+        return um.ClusterSnapshot(now=now, nodes=tuple(nodes), daemonsets=ds_snapshots), unbound
+
+    def _latest_revision_hash(self, daemonset: Obj) -> str | None:
+        name = daemonset["metadata"]["name"]
+        selector = label_selector_from_map((daemonset.get("spec") or {}).get("selector", {}).get("matchLabels") or {})
+        best: tuple[int, str] | None = None
+        for revision in self.store.list(self.kinds.controllerrevision, NAMESPACE):
+            rev_name = revision["metadata"]["name"]
+            if not rev_name.startswith(f"{name}-") or not selector.matches(revision["metadata"].get("labels") or {}):
+                continue
+            number = int(revision.get("revision") or 0)
+            if best is None or number > best[0]:
+                best = (number, rev_name.removeprefix(f"{name}-"))
+        return best[1] if best else None
+
+
+def mofed_version_of_pod(pod: Obj) -> str:
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        if container.get("name") == MOFED_CONTAINER:
+            return mofed_version_of_image(container.get("image", ""))
+    return ""
+
+
+def install(twin: Twin) -> NetworkOperator:
+    operator = NetworkOperator(twin)
+    operator.install()
+    return operator

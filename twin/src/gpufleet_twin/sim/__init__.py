@@ -1,1 +1,0 @@
-"""Simulated behaviour of a GPU cluster: kubelet, workload controllers, GPU Operator, faults, recorder."""
