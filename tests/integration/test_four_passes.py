@@ -193,6 +193,29 @@ def test_stage_lease_release_four_passes(shared_twin, tmp_path):
     assert passes[1].after["holderIdentity"] == "" and passes[1].after["acquireTime"] == passes[1].before["acquireTime"]
 
 
+def test_clusterversion_update_four_passes(shared_twin, tmp_path):
+    """The control plane to the next release, then nothing to do. Last in this file: once the control plane is
+    updated, the twin's unpaused pools roll their nodes."""
+
+    def observe() -> dict[str, Any]:
+        return get_json(shared_twin, "clusterversion", "version")["spec"]
+
+    update = {"version": "4.17.3", "channel": "stable-4.17", "wait_sleep": 1, "wait_timeout": 300}
+    passes = four_passes(
+        once(shared_twin, tmp_path, {"clusterversion_update": update}),
+        twin=shared_twin,
+        observe=observe,
+        changed={"clusterversion_update": (True, True, False, False)},
+    )
+    diff = passes[0].results["clusterversion_update"]["diff"]
+    assert diff["before"]["spec"]["desiredUpdate"] != diff["after"]["spec"]["desiredUpdate"]
+    assert diff["after"]["spec"]["desiredUpdate"]["version"] == "4.17.3"
+    assert '"version": "4.17.3"' in passes[0].output  # ansible-playbook --diff shows it
+    assert passes[1].after["desiredUpdate"]["version"] == "4.17.3"
+    assert passes[1].results["clusterversion_update"]["cluster_version"]["current"] == "4.17.3"
+    assert passes[3].results["clusterversion_update"]["cluster_version"]["current"] == "4.17.3"
+
+
 def test_matrix_promote_four_passes(tmp_path):
     """The matrix file: a promotion is written once; check and real re-runs leave it byte-identical."""
     matrix = tmp_path / "matrix.yaml"
