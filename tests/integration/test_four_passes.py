@@ -26,6 +26,7 @@ from gpufleet_twin.process import TwinProcess
 from .conftest import PlaybookRun, kubectl, run_playbook
 from .test_matrix_promote_push import EXAMPLE
 from .test_matrix_promote_push import PLAYBOOK as PROMOTE_PLAYBOOK
+from .test_observability import pushgateway as pushgateway_fixture
 from .test_upgrade_flow import writes
 
 pytestmark = pytest.mark.slow
@@ -37,6 +38,7 @@ ME = "four-passes@controller, run 1"
 LEASE = "gpufleet-four-passes"
 LEDGER = "gpufleet-four-passes-ledger"
 
+pushgateway = pushgateway_fixture
 Run = Callable[[bool, bool], tuple[PlaybookRun, dict[str, dict[str, Any]]]]
 Changed = tuple[bool, bool, bool, bool]
 
@@ -104,8 +106,8 @@ def lease_spec(twin: TwinProcess) -> dict[str, Any]:
 # -- tests -----------------------------------------------------------------------------------------------------
 
 
-def test_modules_that_write_on_every_run(shared_twin, tmp_path):
-    """Four modules that write on every real run by design, run together (one playbook run a pass):
+def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
+    """Five modules that write on every real run by design, run together (one playbook run a pass):
 
     - stage_lease ``state=present``: a renewal moves renewTime (how a killed run's Lease expires); a re-run keeps
       holder and acquireTime.
@@ -113,6 +115,7 @@ def test_modules_that_write_on_every_run(shared_twin, tmp_path):
     - upgrade_ledger ``action=record``: the stage's reports, named by when they were recorded; a re-run of the same
       entry id writes new reports and leaves the ledger (ConfigMap and file) as first recorded, one entry an id.
     - cluster_snapshot: the cluster at one moment (its info file says when); every run writes the folder afresh.
+    - upgrade_metrics: a push replaces the stage's group on the Pushgateway (its push time moves).
 
     So every pass reports changed; the check passes write nothing and say what the real run does."""
     message = f"Four passes {time.monotonic_ns()}: canary started on {NODE}"
@@ -125,6 +128,7 @@ def test_modules_that_write_on_every_run(shared_twin, tmp_path):
         "upgrade_ledger": {"action": "record", "namespace": NAMESPACE, "configmap_name": LEDGER,
                            "ledger_file": str(ledger), "report_dir": str(reports), "entry": entry},
         "cluster_snapshot": {"directory": str(folder)},
+        "upgrade_metrics": {"url": pushgateway.url, "cluster": "four-passes", "stage": "canary", "entry": entry},
     }  # fmt: skip
 
     def observe() -> dict[str, Any]:
@@ -138,6 +142,7 @@ def test_modules_that_write_on_every_run(shared_twin, tmp_path):
             "ledger": ledger.read_bytes() if ledger.exists() else b"",
             "reports": files_under(reports),
             "snapshot": files_under(folder),
+            "pushed": [g for g in pushgateway.metrics() if g["labels"].get("cluster") == "four-passes"],
         }  # fmt: skip
 
     passes = four_passes(
@@ -147,7 +152,15 @@ def test_modules_that_write_on_every_run(shared_twin, tmp_path):
         changed=dict.fromkeys(modules, (True,) * 4),
     )
     first, real, _check, again = passes
-    assert first.before == {"lease": {}, "events": [], "configmap": {}, "ledger": b"", "reports": {}, "snapshot": {}}
+    assert first.before == {
+        "lease": {},
+        "events": [],
+        "configmap": {},
+        "ledger": b"",
+        "reports": {},
+        "snapshot": {},
+        "pushed": [],
+    }
     assert first.results["stage_lease"]["diff"] == {"before": {"holder": ""}, "after": {"holder": ME}}
     assert '+    "holder": "four-passes@controller, run 1"' in first.output  # ansible-playbook --diff shows it
     assert [p.results["stage_lease"]["decision"]["action"] for p in passes] == ["create", "create", "renew", "renew"]
@@ -171,6 +184,15 @@ def test_modules_that_write_on_every_run(shared_twin, tmp_path):
     assert NODE in {
         node["metadata"]["name"] for node in json.loads(again.after["snapshot"]["api_v1_nodes.json"])["items"]
     }
+
+    pushed = [p.results["upgrade_metrics"]["pushed"] for p in passes]
+    assert pushed == [False, True, False, True] and len(again.after["pushed"]) == 1
+    assert again.after["pushed"][0]["labels"] == {
+        "job": "gpufleet_upgrade",
+        "cluster": "four-passes",
+        "stage": "canary",
+    }
+    assert again.after["pushed"] != real.after["pushed"]  # the push time moved
 
     # The real re-run wrote exactly this: the renewal, the two Events, the ledger entry.
     assert again.writes == {"update leases.coordination.k8s.io": 1, "create events": 2, "update configmaps": 1}
