@@ -119,6 +119,7 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
 
     So every pass reports changed; the check passes write nothing and say what the real run does."""
     message = f"Four passes {time.monotonic_ns()}: canary started on {NODE}"
+    cluster = f"four-passes-{time.monotonic_ns()}"  # its own group on the Pushgateway
     ledger, reports, folder = tmp_path / "ledger.json", tmp_path / "reports", tmp_path / "snapshot"
     entry = {"id": "canary-four-passes", "stage": "canary", "outcome": "success", "decision": "proceed"}
     modules = {
@@ -128,7 +129,7 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
         "upgrade_ledger": {"action": "record", "namespace": NAMESPACE, "configmap_name": LEDGER,
                            "ledger_file": str(ledger), "report_dir": str(reports), "entry": entry},
         "cluster_snapshot": {"directory": str(folder)},
-        "upgrade_metrics": {"url": pushgateway.url, "cluster": "four-passes", "stage": "canary", "entry": entry},
+        "upgrade_metrics": {"url": pushgateway.url, "cluster": cluster, "stage": "canary", "entry": entry},
     }  # fmt: skip
 
     def observe() -> dict[str, Any]:
@@ -142,7 +143,7 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
             "ledger": ledger.read_bytes() if ledger.exists() else b"",
             "reports": files_under(reports),
             "snapshot": files_under(folder),
-            "pushed": [g for g in pushgateway.metrics() if g["labels"].get("cluster") == "four-passes"],
+            "pushed": [g for g in pushgateway.metrics() if g["labels"].get("cluster") == cluster],
         }  # fmt: skip
 
     passes = four_passes(
@@ -189,7 +190,7 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
     assert pushed == [False, True, False, True] and len(again.after["pushed"]) == 1
     assert again.after["pushed"][0]["labels"] == {
         "job": "gpufleet_upgrade",
-        "cluster": "four-passes",
+        "cluster": cluster,
         "stage": "canary",
     }
     assert again.after["pushed"] != real.after["pushed"]  # the push time moved
@@ -198,44 +199,47 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
     assert again.writes == {"update leases.coordination.k8s.io": 1, "create events": 2, "update configmaps": 1}
 
 
-def test_stage_lease_release_four_passes(shared_twin, tmp_path):
-    """stage_lease ``state=absent``: released once, then nothing to do (the Lease this file's first test took, taken
-    here again in case it runs alone)."""
-    run = once(shared_twin, tmp_path, {"stage_lease": {"namespace": NAMESPACE, "name": LEASE, "holder": ME,
-                                                         "duration": 300, "state": "present"}})  # fmt: skip
-    assert run(False, False)[0].returncode == 0
-    release = {"namespace": NAMESPACE, "name": LEASE, "holder": ME, "duration": 300, "state": "absent"}
-    passes = four_passes(
-        once(shared_twin, tmp_path, {"stage_lease": release}),
-        twin=shared_twin,
-        observe=lambda: lease_spec(shared_twin),
-        changed={"stage_lease": (True, True, False, False)},
-    )
-    assert passes[0].results["stage_lease"]["diff"] == {"before": {"holder": ME}, "after": {"holder": ""}}
-    assert passes[1].after["holderIdentity"] == "" and passes[1].after["acquireTime"] == passes[1].before["acquireTime"]
-
-
-def test_clusterversion_update_four_passes(shared_twin, tmp_path):
-    """The control plane to the next release, then nothing to do. Last in this file: once the control plane is
-    updated, the twin's unpaused pools roll their nodes."""
+def test_stage_lease_release_and_clusterversion_update_change_once(shared_twin, tmp_path):
+    """Two modules that change once, then find nothing to do, run together (one playbook run a pass):
+    stage_lease ``state=absent`` gives up the Lease (the one this file's first test took, taken here if this test
+    runs alone); clusterversion_update asks for the next release and waits until the control plane has it. Last on
+    the shared twin: once the control plane is updated, the twin's unpaused pools roll their nodes."""
+    lease = {"namespace": NAMESPACE, "name": LEASE, "holder": ME, "duration": 300}
+    if lease_spec(shared_twin).get("holderIdentity") != ME:
+        assert (
+            once(shared_twin, tmp_path, {"stage_lease": {**lease, "state": "present"}})(False, False)[0].returncode == 0
+        )
+    modules = {
+        "stage_lease": {**lease, "state": "absent"},
+        "clusterversion_update": {"version": "4.17.3", "channel": "stable-4.17", "wait_sleep": 1, "wait_timeout": 300},
+    }
 
     def observe() -> dict[str, Any]:
-        return get_json(shared_twin, "clusterversion", "version")["spec"]
+        return {
+            "lease": lease_spec(shared_twin),
+            "clusterversion": get_json(shared_twin, "clusterversion", "version")["spec"],
+        }
 
-    update = {"version": "4.17.3", "channel": "stable-4.17", "wait_sleep": 1, "wait_timeout": 300}
     passes = four_passes(
-        once(shared_twin, tmp_path, {"clusterversion_update": update}),
+        once(shared_twin, tmp_path, modules),
         twin=shared_twin,
         observe=observe,
-        changed={"clusterversion_update": (True, True, False, False)},
+        changed=dict.fromkeys(modules, (True, True, False, False)),
     )
-    diff = passes[0].results["clusterversion_update"]["diff"]
+    first, real, _check, again = passes
+    assert first.results["stage_lease"]["diff"] == {"before": {"holder": ME}, "after": {"holder": ""}}
+    assert (
+        real.after["lease"]["holderIdentity"] == ""
+        and real.after["lease"]["acquireTime"] == real.before["lease"]["acquireTime"]
+    )
+
+    diff = first.results["clusterversion_update"]["diff"]
     assert diff["before"]["spec"]["desiredUpdate"] != diff["after"]["spec"]["desiredUpdate"]
     assert diff["after"]["spec"]["desiredUpdate"]["version"] == "4.17.3"
-    assert '"version": "4.17.3"' in passes[0].output  # ansible-playbook --diff shows it
-    assert passes[1].after["desiredUpdate"]["version"] == "4.17.3"
-    assert passes[1].results["clusterversion_update"]["cluster_version"]["current"] == "4.17.3"
-    assert passes[3].results["clusterversion_update"]["cluster_version"]["current"] == "4.17.3"
+    assert '"version": "4.17.3"' in first.output  # ansible-playbook --diff shows it
+    assert real.after["clusterversion"]["desiredUpdate"]["version"] == "4.17.3"
+    assert real.results["clusterversion_update"]["cluster_version"]["current"] == "4.17.3"
+    assert again.results["clusterversion_update"]["cluster_version"]["current"] == "4.17.3"
 
 
 def test_matrix_promote_four_passes(tmp_path):
