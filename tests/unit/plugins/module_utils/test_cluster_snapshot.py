@@ -135,7 +135,8 @@ class _EmptyCluster(_Pages):
 def test_check_mode_says_changed_and_writes_no_folder(tmp_path):
     """Every run writes the folder afresh: check mode reports changed=True as the real run does, and writes nothing."""
     settings = SnapshotSettings(directory=str(tmp_path / "snapshot"))
-    result = take_snapshot(_EmptyCluster([], page=500), settings=settings, check_mode=True, taken_at="2026-11-27T00:00:00Z")
+    taken_at = "2026-11-27T00:00:00Z"
+    result = take_snapshot(_EmptyCluster([], page=500), settings=settings, check_mode=True, taken_at=taken_at)
     assert result["changed"] is True and not (tmp_path / "snapshot").exists()
-    result = take_snapshot(_EmptyCluster([], page=500), settings=settings, check_mode=False, taken_at="2026-11-27T00:00:00Z")
+    result = take_snapshot(_EmptyCluster([], page=500), settings=settings, check_mode=False, taken_at=taken_at)
     assert result["changed"] is True and (tmp_path / "snapshot").is_dir()
