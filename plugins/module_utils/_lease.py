@@ -346,7 +346,8 @@ class StageLease:
                     result={"lease": self._describe(previous), "decision": decision.as_dict()},
                 )
             if check_mode:
-                return decision, decision.action != "renew"
+                # The real run writes the Lease whatever it decided (a renewal moves renewTime): changed either way.
+                return decision, True
             try:
                 self._write(previous, decision, moment)
             except KubeApiError as err:

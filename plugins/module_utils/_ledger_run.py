@@ -87,6 +87,8 @@ def record(params: Dict[str, Any], api: KubeApi, *, check_mode: bool, warn: Call
         else:
             warn("Jinja2 is not importable by the module's Python: no HTML report, the Markdown one only.")
     if check_mode:
+        # What the real run would write: the ConfigMap entry, the file entry, the reports.
+        result["changed"] = bool(in_cluster or params["ledger_file"] or params["report_dir"])
         return result
     if in_cluster:
         append_cluster_entry(api, entry, namespace=namespace, name=params["configmap_name"])

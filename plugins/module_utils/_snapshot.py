@@ -320,7 +320,8 @@ def take_snapshot(api: KubeApi, *, settings: SnapshotSettings, check_mode: bool,
     if not check_mode:
         write_snapshot(settings.directory, snapshot, info)
     return {
-        "changed": not check_mode,
+        # Every run writes the folder afresh (its info file says when it was taken): check mode says so too.
+        "changed": True,
         "directory": settings.directory,
         "files": files,
         "counts": info["counts"],

@@ -186,7 +186,8 @@ def push(module):
             timeout=params["timeout"],
         )
     return {
-        "changed": not module.check_mode,
+        # A push replaces the group (its push time moves): check mode says the real run changes it.
+        "changed": True,
         "pushed": not module.check_mode,
         "group": group,
         "samples": [{"name": f"{PREFIX}_{name}", "labels": labels, "value": value} for name, labels, value in samples],

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._snapshot import 
     is_upgrade_event,
     name_pattern,
     read_kind,
+    take_snapshot,
 )
 
 
@@ -121,3 +122,21 @@ def test_a_kind_bigger_than_max_objects_fails_naming_it():
     with pytest.raises(InvalidInputError, match="Pod has more than max_objects=3"):
         read_kind(api, PODS, settings=settings)
     assert api.queries == [2]
+
+
+class _EmptyCluster(_Pages):
+    host = "https://cluster.example:6443"
+    requests_sent = 0
+
+    def get(self, ref, name, *, namespace=None):
+        return None
+
+
+def test_check_mode_says_changed_and_writes_no_folder(tmp_path):
+    """Every run writes the folder afresh: check mode reports changed=True as the real run does, and writes nothing."""
+    settings = SnapshotSettings(directory=str(tmp_path / "snapshot"))
+    taken_at = "2026-11-27T00:00:00Z"
+    result = take_snapshot(_EmptyCluster([], page=500), settings=settings, check_mode=True, taken_at=taken_at)
+    assert result["changed"] is True and not (tmp_path / "snapshot").exists()
+    result = take_snapshot(_EmptyCluster([], page=500), settings=settings, check_mode=False, taken_at=taken_at)
+    assert result["changed"] is True and (tmp_path / "snapshot").is_dir()

@@ -338,3 +338,14 @@ def test_a_release_racing_the_keepers_renewal_reads_again_and_releases():
     lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
     with pytest.raises(LeaseHeldError, match="Could not release the stage Lease ns/l"):
         lease.release()
+
+
+def test_check_mode_says_changed_for_a_renewal_as_the_real_run_does():
+    """A renewal writes renewTime: check mode predicts changed=True and writes nothing, the real run writes."""
+    api = FakeApi()
+    lease = StageLease(api, LeaseSettings(namespace="ns", name="l", holder=ME, duration_seconds=300))
+    lease.acquire()
+    decision, changed = lease.acquire(check_mode=True)
+    assert (decision.action, changed, api.writes) == ("renew", True, 1)
+    decision, changed = lease.acquire()
+    assert (decision.action, changed, api.writes) == ("renew", True, 2)

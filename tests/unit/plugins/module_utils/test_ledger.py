@@ -417,3 +417,32 @@ def test_a_bake_check_held_by_firing_alerts_is_no_verdict() -> None:
     ]
     state = fold_campaign(entries, CHANGE)
     assert state.bake_checks == [] and not state.bake_failed
+
+
+class _Clock:
+    """What ``record`` asks of the API when nothing goes to the cluster: the server's time and its address."""
+
+    host = "https://cluster.example:6443"
+
+    def server_time(self):
+        return datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.UTC)
+
+
+def test_record_in_check_mode_says_changed_and_writes_nothing(tmp_path):
+    """check mode predicts what the real run does (changed=True: it appends an entry and writes the reports)."""
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger_run import record
+
+    params = {
+        "entry": {"stage": "canary", "outcome": "success", "id": "canary-1"},
+        "cluster_name": "",
+        "namespace": "ns",
+        "configmap_name": "ledger",
+        "record_in_cluster": False,
+        "ledger_file": str(tmp_path / "ledger.json"),
+        "report_dir": str(tmp_path / "reports"),
+    }
+    checked = record(params, _Clock(), check_mode=True, warn=print)
+    assert checked["changed"] is True and not list(tmp_path.iterdir())
+    recorded = record(params, _Clock(), check_mode=False, warn=print)
+    assert recorded["changed"] is True and read_file_ledger(params["ledger_file"])[0]["id"] == "canary-1"
+    assert os.path.isfile(recorded["report_path"])
