@@ -19,6 +19,7 @@ import pytest
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import rollout_seconds
 
+from .accounts import account_env, apply_shipped_roles, refused, token_of
 from .conftest import ROOT, kubectl, run_playbook
 
 pytestmark = pytest.mark.slow
@@ -68,17 +69,25 @@ def test_rehearsed_promote_predicts_the_pdb_block_and_the_failing_node(fresh_twi
     kubectl(twin, "apply", "-f", str(tmp_path / "pdb.json"))
     twin.advance(60)  # the PDB's status is computed
 
+    # The rehearsal runs as its own account (gpufleet-rehearse, bound to exactly the shipped rbac/rehearse.yaml roles),
+    # its token, host and CA in the environment as an AWX credential injects them: the stage it rehearses runs
+    # against the copy, not against the cluster those variables point at.
+    apply_shipped_roles(twin)
+    account = account_env(twin, token_of(twin, "gpufleet-rehearse"))
     twin.admin("POST", "report/reset")
     rehearsal_dir = tmp_path / "rehearsal"
     rehearsal = run_playbook(
         "playbooks/rehearse.yml",
-        twin=twin,
+        twin=None,
+        environment=account,
         extra_vars={**common_vars(tmp_path), "stage": "promote", "rehearse_dir": str(rehearsal_dir)},
         timeout=900,
     )
     assert rehearsal.returncode == 0, rehearsal.output
-    # The snapshot and the rehearsal only read the source cluster, after the permission preflight asked.
+    # The snapshot and the rehearsal only read the source cluster, after the permission preflight asked, and the
+    # API refused none of its reads.
     assert writes(twin) == {}, writes(twin)
+    assert refused(twin) == {}, refused(twin)
     assert twin.report()["requests"]["by_verb_resource"].get(ACCESS_REVIEWS), twin.report()["requests"]
     info = json.loads((rehearsal_dir / "snapshot" / "snapshot-info.json").read_text())
     assert "Secrets" in info["never_read"]
