@@ -103,7 +103,9 @@ def test_every_stage_succeeds_with_exactly_the_shipped_roles(name: str, tmp_path
 def test_sriov_canary_halts_on_416_and_moves_the_operator_on_417_with_the_shipped_role(tmp_path: pathlib.Path) -> None:
     """The twin runs OpenShift 4.16, whose index offers no newer SR-IOV build: the canary is refused by the group's
     own check before any change, with the account as with the administrator (its reads are all granted). On 4.17 the
-    account's canary upgrades the operator through OLM (its writes granted by gpufleet-upgrade-sriov-operator)."""
+    account's canary upgrades the operator through OLM (its writes granted by gpufleet-upgrade-sriov-operator), and
+    its bake and promotion follow; its rollback is refused by design (OLM does not downgrade), as with the
+    administrator's token."""
     group = account_group("sriov", tmp_path)
     try:
         twin = group.twin
@@ -133,5 +135,19 @@ def test_sriov_canary_halts_on_416_and_moves_the_operator_on_417_with_the_shippe
         assert canary["outcome"] == "success", canary
         subscription = get_json(twin, "subscription", "-n", SRIOV_NAMESPACE, "sriov-network-operator")
         assert subscription["status"]["installedCSV"].startswith("sriov-network-operator.v4.17.0"), subscription
+
+        # The group's later stages with the same account: the bake, then the promotion (the operator is cluster-wide,
+        # already at the target: every node checked again).
+        twin.advance(BAKE)
+        run_stage(group, "bake")
+        promote = run_stage(group, "promote")
+        assert promote["outcome"] == "success", promote
+        # Its rollback is refused by the role before any change (OLM does not downgrade an operator), with the
+        # account as with the administrator's token: nothing refused by the API.
+        twin.admin("POST", "report/reset")
+        rollback = group.run("rollback")
+        assert rollback.returncode != 0
+        assert "OLM does not downgrade an operator" in rollback.output, rollback.output[-4000:]
+        assert refused(group.twin) == {}, refused(group.twin)
     finally:
         assert group.twin.stop() == 0, group.twin.log_path.read_text()[-2000:]
