@@ -76,7 +76,9 @@ def record(params: Dict[str, Any], api: KubeApi, *, check_mode: bool, warn: Call
     if resumed:
         entry["resumed_runs"] = resumed
     report = render_report(entry)
-    result: Dict[str, Any] = {"entry": entry, "report": report, "changed": False}
+    # Every real run writes what it is given to: the ConfigMap entry, the file entry, the reports.
+    writes = bool(in_cluster or params["ledger_file"] or params["report_dir"])
+    result: Dict[str, Any] = {"entry": entry, "report": report, "changed": writes}
     html = ""
     if params["report_dir"]:
         name = report_file_name(str(entry.get("stage")), entry["recorded_at"], cluster=params["cluster_name"])
@@ -87,20 +89,15 @@ def record(params: Dict[str, Any], api: KubeApi, *, check_mode: bool, warn: Call
         else:
             warn("Jinja2 is not importable by the module's Python: no HTML report, the Markdown one only.")
     if check_mode:
-        # What the real run would write: the ConfigMap entry, the file entry, the reports.
-        result["changed"] = bool(in_cluster or params["ledger_file"] or params["report_dir"])
         return result
     if in_cluster:
         append_cluster_entry(api, entry, namespace=namespace, name=params["configmap_name"])
-        result["changed"] = True
     if params["ledger_file"]:
         append_file_entry(params["ledger_file"], entry)
-        result["changed"] = True
     if params["report_dir"]:
         write_text_atomically(result["report_path"], report)
         if html:
             write_text_atomically(result["html_report_path"], html)
-        result["changed"] = True
     return result
 
 

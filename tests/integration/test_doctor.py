@@ -284,6 +284,12 @@ def test_evict_runtimeclass_consumer_four_passes(stuck_twin, tmp_path):
     twin = stuck_twin
     apply_shipped_roles(twin)
     account = account_env(twin, token_of(twin, "gpufleet-doctor-remediate"))
+    args = {
+        "doctor_remediate": True,
+        "doctor_remediate_pod_selector": "team=a",
+        "doctor_max_actions": 1,
+        "doctor_remediate_actions": ["evict_pods"],
+    }
 
     def remediate(**kwargs: Any) -> tuple[PlaybookRun, dict[str, Any]]:
         found = diagnose(twin, tmp_path, environment=account, **args, **kwargs)
@@ -292,12 +298,6 @@ def test_evict_runtimeclass_consumer_four_passes(stuck_twin, tmp_path):
 
     holder = pod_on(twin, "gpu-worker-003", "rc-holder")
     assert holder is not None
-    args = {
-        "doctor_remediate": True,
-        "doctor_remediate_pod_selector": "team=a",
-        "doctor_max_actions": 1,
-        "doctor_remediate_actions": ["evict_pods"],
-    }
 
     twin.admin("POST", "report/reset")
     run, result = remediate(check=True)

@@ -24,6 +24,7 @@ import pytest
 from gpufleet_twin.process import TwinProcess
 
 from .conftest import PlaybookRun, kubectl, run_playbook
+from .test_clusterpolicy_upgrade import get_json
 from .test_matrix_promote_push import EXAMPLE
 from .test_matrix_promote_push import PLAYBOOK as PROMOTE_PLAYBOOK
 from .test_observability import pushgateway as pushgateway_fixture
@@ -87,10 +88,6 @@ def once(twin: TwinProcess, tmp_path: pathlib.Path, modules: dict[str, dict[str,
         return playbook, json.loads(out.read_text()) if out.exists() else {}
 
     return run
-
-
-def get_json(twin: TwinProcess, *args: str) -> dict[str, Any]:
-    return json.loads(kubectl(twin, "get", *args, "-o", "json") or "{}")
 
 
 def files_under(folder: pathlib.Path) -> dict[str, bytes]:

@@ -326,7 +326,7 @@ def test_a_403_after_the_preflight_names_the_rule_and_the_clusterrole(fresh_twin
     entry = cluster_ledger(twin)[-1]
     assert (entry["stage"], entry["outcome"]) == ("canary", "failed"), entry
     assert detail in entry["message"], entry
-    forbidden = twin.report()["requests"]["forbidden_by_verb_resource"]
+    forbidden = refused(twin)
     assert set(forbidden) == {"patch nodes"}, forbidden
     assert "patch nodes" not in writes(twin)
     assert set(drivers(twin).values()) == {OLD_DRIVER}
@@ -351,7 +351,7 @@ def test_one_inventory_gives_each_playbook_its_accounts_token(fresh_twin, worksp
     twin.admin("POST", "report/reset")
     audit = run_playbook("playbooks/audit.yml", twin=None, extra_vars={**host, **audit_vars})
     assert audit.returncode == 0, audit.output[-4000:]
-    assert twin.report()["requests"]["forbidden_by_verb_resource"] == {}
+    assert refused(twin) == {}
 
     check = run_playbook(
         "playbooks/upgrade.yml",
@@ -433,7 +433,7 @@ def test_each_later_stage_one_rule_short_is_refused_naming_it_and_writes_nothing
             refused.output[-4000:],
         )
         assert writes(twin) == {}, (stage, "a run refused by the preflight writes nothing")
-        assert twin.report()["requests"]["forbidden_by_verb_resource"] == {}, stage
+        assert refused(twin) == {}, stage
         assert cluster_ledger(twin) == ledger, stage
         assert drivers(twin) == before, stage
         restore(twin, original)
