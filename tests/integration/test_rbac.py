@@ -156,6 +156,24 @@ def test_audit_with_the_read_only_account_succeeds_and_its_writes_are_refused(fr
     )
     assert again.returncode == 0, again.output[-4000:]
     assert refused(twin) == {}
+    # Applied once more, nothing changes: the objects go in one module run (kubernetes.core.k8s, a list) that
+    # patches nothing already right.
+    assert "changed=0" in again.output, again.output[-2000:]
+
+    # rbac_state=absent removes the bindings, ClusterRoles and accounts it made, and keeps their namespace.
+    removed = run_playbook(
+        "playbooks/rbac.yml",
+        twin=twin,
+        extra_vars={
+            "rbac_namespaces": NAMESPACES,
+            "rbac_state": "absent",
+            "rbac_playbooks": ["audit", "rehearse", "diagnose", "upgrade", "rbac"],
+        },
+    )
+    assert removed.returncode == 0, removed.output[-4000:]
+    left = kubectl(twin, "get", "clusterroles,clusterrolebindings,rolebindings,serviceaccounts", "-A", "-o", "name")
+    assert "gpufleet-" not in left, left
+    assert kubectl(twin, "get", "namespace", ACCOUNTS, "-o", "name").strip() == f"namespace/{ACCOUNTS}"
 
 
 def test_audit_with_a_read_removed_names_every_missing_read(fresh_twin, workspace):
