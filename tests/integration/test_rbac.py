@@ -284,20 +284,6 @@ def mofed_canary_as_upgrade_account(twin, workspace: pathlib.Path, *, min_availa
     return stage_as(twin, workspace, "canary", token, network_operator_wait_sleep=0.3, **extra)
 
 
-def test_network_operator_mofed_canary_succeeds_with_the_shipped_role(fresh_twin, tmp_path):
-    from .test_network_operator_failures import NEW_MOFED
-    from .test_ofed_rolling_reload import mofed_versions
-
-    twin = fresh_twin
-    canary = mofed_canary_as_upgrade_account(twin, tmp_path, min_available=0)
-    assert canary.returncode == 0, canary.output[-6000:]
-    assert "Stage canary: success" in canary.output
-    served = twin.report()["requests"]
-    assert served["by_code"].get("403", 0) == 0, served
-    assert served["by_verb_resource"].get("create pods/eviction", 0) > 0, served
-    assert mofed_versions(twin)[CANARY] == NEW_MOFED
-
-
 def test_a_halted_mofed_canary_with_the_shipped_role_carries_the_doctors_diagnosis(fresh_twin, tmp_path):
     """The upgrade account's own roles hold the diagnosis' reads (step upgrade_diagnose): a canary halted by a PDB
     that allows no eviction is recorded with the doctor's finding for the node and a Next that starts with it, and

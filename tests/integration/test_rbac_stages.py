@@ -21,7 +21,8 @@ from gpufleet_twin.process import start_twin
 from .accounts import refused, upgrade_account_env
 from .conftest import kubectl
 from .fault_matrix import Group, assert_outcome, get_json, write_matrix
-from .fault_matrix_cases import GROUPS
+from .fault_matrix_cases import GROUPS, NEW_MOFED
+from .test_ofed_rolling_reload import mofed_ready, mofed_versions, pinned_secondary_network_app
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +72,17 @@ def test_every_stage_succeeds_with_exactly_the_shipped_roles(name: str, tmp_path
     group = account_group(name, tmp_path)
     try:
         twin = group.twin
+        if name == "network_operator":
+            # A pod on the canary's RDMA network that the MOFED reload evicts (its PDB allows it): the account
+            # evicts across namespaces (pods/eviction).
+            mofed_ready(twin)
+            pinned_secondary_network_app(twin, CANARY, min_available=0)
         canary = run_stage(group, "canary")
         assert (canary["group"], canary["outcome"]) == (name, "success"), canary
+        if name == "network_operator":
+            served = twin.report()["requests"]["by_verb_resource"]
+            assert served.get("create pods/eviction", 0) > 0, served
+            assert mofed_versions(twin)[CANARY] == NEW_MOFED
 
         twin.advance(BAKE)
         run_stage(group, "bake")
