@@ -8,7 +8,8 @@ import pytest
 from cryptography import x509
 
 from gpufleet_twin.apiserver import builtin_types, openapi
-from gpufleet_twin.apiserver.server import decode_continue, encode_continue, parse_accept, request_info_for
+from gpufleet_twin.apiserver.reads import decode_continue, encode_continue
+from gpufleet_twin.apiserver.request_info import parse_accept, request_info_for
 from gpufleet_twin.machinery import errors, tls
 from gpufleet_twin.machinery.disruption import compute_budget, pdb_status, scaled_value
 from gpufleet_twin.machinery.registry import PrinterColumn, Registry, ResourceType
