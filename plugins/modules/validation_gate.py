@@ -35,10 +35,14 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: In check mode no Job is created and no gate runs; RV(passed) is null and RV(checked) false.
+    description:
+      - In check mode no Job is created and no gate runs; RV(passed) is null and RV(checked) false. It reports
+        changed, as a run does.
   diff_mode:
-    support: none
-    description: The gates leave the cluster as they found it; there is nothing to diff.
+    support: full
+    description:
+      - The gates' Jobs, none before and each one after (in check mode, the Jobs a run would create, named afresh
+        by each run). A run deletes them once judged, so the cluster ends as it began.
 options:
   node:
     description: Name of the node to validate.
@@ -305,6 +309,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     GATE_NAMES,
     GateSettings,
     fetch_json_with,
+    gate_jobs_diff,
+    planned_gate_jobs,
     run_gates,
     validate_gate_names,
 )
@@ -399,8 +405,9 @@ def validate(module):
     gates = validate_gate_names(params["gates"])
     settings = settings_from(params)
     if module.check_mode:
-        return {
-            "changed": False,
+        result = {
+            # A real run creates the gates' Jobs (and deletes them once judged).
+            "changed": True,
             "passed": None,
             "checked": False,
             "node": params["node"],
@@ -412,6 +419,9 @@ def validate(module):
             "counters": {},
             "elapsed": 0.0,
         }
+        if module._diff:
+            result["diff"] = gate_jobs_diff(planned_gate_jobs(gates, node=params["node"], settings=settings))
+        return result
     fetch = None
     if settings.prometheus_url:
         fetch = fetch_json_with(
@@ -422,11 +432,13 @@ def validate(module):
         )
     report = run_gates(KubeApi.from_params(params), node=params["node"], gates=gates, settings=settings, fetch=fetch)
     result = report.as_dict()
+    if module._diff:
+        result["diff"] = gate_jobs_diff(report.jobs)
     # A node that fails its gates is the verdict, not an error of the module: its own message, the full report.
     if not report.passed and params["fail_on_failure"]:
         module.fail_json(msg=f"Validation of node {params['node']} failed: {result['summary']}", checked=True, **result)
-    # The gates create and delete their own Jobs: the cluster ends as it began.
-    return dict(result, changed=False, checked=True)
+    # The gates create their own Jobs and delete them once judged: changed, though the cluster ends as it began.
+    return dict(result, changed=bool(report.jobs), checked=True)
 
 
 def main():

@@ -19,11 +19,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     build_gate_job,
     counter_growth,
     gate_evidence,
+    gate_jobs_diff,
     gate_job_name,
     job_failure,
     judge_gate,
     node_gate_blocker,
     pod_run_times,
+    planned_gate_jobs,
     pod_situation,
     run_gates,
     validate_gate_names,
@@ -513,6 +515,28 @@ def run_smoke(api: _GpusComingBack, settings: GateSettings = SETTINGS):
         pause=lambda seconds: None,
         node_clock=api.clock,
     )
+
+
+def test_the_diff_shows_each_gate_job_created_none_before() -> None:
+    planned = planned_gate_jobs(["rdma", "gpu_errors", "rdma"], node="gpu-worker-001", settings=SETTINGS)
+    assert [job["metadata"]["labels"]["gpufleet.io/gate"] for job in planned] == ["rdma", "gpu-errors"]
+    server = {**planned[0], "metadata": {**planned[0]["metadata"], "uid": "u-1", "resourceVersion": "7"},
+              "status": {"active": 1}}  # fmt: skip
+    diff = gate_jobs_diff([server, planned[1]])
+    assert diff["before"] == {"jobs": {}}
+    names = [job["metadata"]["name"] for job in planned]
+    assert list(diff["after"]["jobs"]) == names and all(name.startswith("gpufleet-") for name in names)
+    shown = diff["after"]["jobs"][names[0]]
+    assert "status" not in shown and "uid" not in shown["metadata"] and "resourceVersion" not in shown["metadata"]
+    assert shown["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-worker-001"}
+    assert gate_jobs_diff([])["after"] == {"jobs": {}}
+
+
+def test_a_run_reports_every_job_it_created_for_the_diff_also_those_run_again() -> None:
+    api = _GpusComingBack(gpus_back_at=200, wait_for_gpus=False)  # the first pod is never scheduled
+    report = run_smoke(api)
+    assert [job["metadata"]["name"] for job in report.jobs] == list(api.jobs) and len(api.jobs) == 2
+    assert list(gate_jobs_diff(report.jobs)["after"]["jobs"]) == list(api.jobs)
 
 
 def test_gates_wait_for_the_node_to_offer_its_gpus_again_after_a_driver_change() -> None:
