@@ -449,6 +449,37 @@ def gate_jobs_diff(jobs: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     }
 
 
+def check_mode_result(gates: Sequence[str], *, node: str, settings: GateSettings, diff: bool) -> Dict[str, Any]:
+    """What check mode returns: no gate run, no verdict (``passed`` null), and the change a run makes (it creates
+    the gates' Jobs), with the Jobs as the diff when asked."""
+    names = validate_gate_names(gates)
+    result: Dict[str, Any] = {
+        "changed": True,
+        "passed": None,
+        "checked": False,
+        "node": node,
+        "gates": [],
+        "failed_gates": [],
+        "judged_failed_gates": [],
+        "infrastructure_failures": [],
+        "summary": f"check mode: {', '.join(names)} not run",
+        "counters": {},
+        "elapsed": 0.0,
+    }
+    if diff:
+        result["diff"] = gate_jobs_diff(planned_gate_jobs(names, node=node, settings=settings))
+    return result
+
+
+def report_result(report: GateReport, *, diff: bool) -> Dict[str, Any]:
+    """What a run returns: the report, changed when it created Jobs (deleted once judged: the cluster ends as it
+    began, yet each run writes), and the Jobs as the diff when asked."""
+    result = dict(report.as_dict(), changed=bool(report.jobs), checked=True)
+    if diff:
+        result["diff"] = gate_jobs_diff(report.jobs)
+    return result
+
+
 # -- judging (pure) ----------------------------------------------------------------------------
 
 

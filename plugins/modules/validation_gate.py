@@ -308,9 +308,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     DEFAULT_IMAGES,
     GATE_NAMES,
     GateSettings,
+    check_mode_result,
     fetch_json_with,
-    gate_jobs_diff,
-    planned_gate_jobs,
+    report_result,
     run_gates,
     validate_gate_names,
 )
@@ -405,23 +405,7 @@ def validate(module):
     gates = validate_gate_names(params["gates"])
     settings = settings_from(params)
     if module.check_mode:
-        result = {
-            # A real run creates the gates' Jobs (and deletes them once judged).
-            "changed": True,
-            "passed": None,
-            "checked": False,
-            "node": params["node"],
-            "gates": [],
-            "failed_gates": [],
-            "judged_failed_gates": [],
-            "infrastructure_failures": [],
-            "summary": f"check mode: {', '.join(gates)} not run",
-            "counters": {},
-            "elapsed": 0.0,
-        }
-        if module._diff:
-            result["diff"] = gate_jobs_diff(planned_gate_jobs(gates, node=params["node"], settings=settings))
-        return result
+        return check_mode_result(gates, node=params["node"], settings=settings, diff=module._diff)
     fetch = None
     if settings.prometheus_url:
         fetch = fetch_json_with(
@@ -431,14 +415,11 @@ def validate(module):
             errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
         )
     report = run_gates(KubeApi.from_params(params), node=params["node"], gates=gates, settings=settings, fetch=fetch)
-    result = report.as_dict()
-    if module._diff:
-        result["diff"] = gate_jobs_diff(report.jobs)
+    result = report_result(report, diff=module._diff)
     # A node that fails its gates is the verdict, not an error of the module: its own message, the full report.
     if not report.passed and params["fail_on_failure"]:
-        module.fail_json(msg=f"Validation of node {params['node']} failed: {result['summary']}", checked=True, **result)
-    # The gates create their own Jobs and delete them once judged: changed, though the cluster ends as it began.
-    return dict(result, changed=bool(report.jobs), checked=True)
+        module.fail_json(msg=f"Validation of node {params['node']} failed: {result['summary']}", **result)
+    return result
 
 
 def main():
