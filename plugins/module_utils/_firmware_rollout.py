@@ -130,6 +130,8 @@ class RolloutOptions:
     # This run undoes an earlier rollout to another target: nodes it left with nothing to undo are released.
     undo: bool = False
     check_mode: bool = False
+    # Return the firmware versions before and after, per node (diff mode).
+    diff: bool = False
     # The alerts gate, asked before each node.
     alerts: Optional[AlertsGate] = None
 
@@ -303,6 +305,7 @@ class NodeFirmware:
                 "needs_work": bool(plan.changes),
                 "components": plan.as_dict(),
                 "versions": plan.versions(),
+                "planned_versions": plan.versions_after(),
                 "pending_jobs": pending,
             }
 
@@ -491,6 +494,49 @@ def observed_versions(reports: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[st
     return observed
 
 
+def firmware_diff(
+    reports: Sequence[Mapping[str, Any]],
+    targets: Sequence[str],
+    *,
+    after: Mapping[str, Mapping[str, str]],
+    check_mode: bool,
+) -> Dict[str, Any]:
+    """Per target node, its BMC and device versions before (the preflight's inventory) and after: read back from
+    the BMC once flashed; in check mode the plan's; else, for a node this run did not flash, as before."""
+    before: Dict[str, Any] = {}
+    later: Dict[str, Any] = {}
+    for entry in reports:
+        node = str(entry["node"])
+        if node not in targets:
+            continue
+        before[node] = {"bmc": entry.get("bmc", ""), "firmware": dict(entry.get("versions") or {})}
+        if node in after:
+            versions = dict(after[node])
+        elif check_mode:
+            versions = dict(entry.get("planned_versions") or {})
+        else:
+            versions = dict(before[node]["firmware"])
+        later[node] = {"bmc": entry.get("bmc", ""), "firmware": versions}
+    return {"before": before, "after": later}
+
+
+def _finish(
+    result: Dict[str, Any],
+    reports: Sequence[Mapping[str, Any]],
+    firmware: NodeFirmware,
+    options: RolloutOptions,
+    started: float,
+) -> None:
+    """What every run that reached the rollout returns: failures, versions read back, the diff, the time."""
+    result["failures"] = failures_of(result)
+    result["versions_after"] = dict(firmware.after)
+    if options.diff:
+        result["diff"] = firmware_diff(
+            reports, result.get("targets") or [], after=firmware.after, check_mode=options.check_mode
+        )
+    result["elapsed"] = round(time.monotonic() - started, 3)
+
+
 def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str, Any]:
     """Preflight every target BMC, then roll the firmware over the nodes that need it."""
     started = time.monotonic()
@@ -570,13 +616,9 @@ def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str,
         )
     except RolloutHaltedError as err:
         result.update(err.result)
-        result["failures"] = failures_of(err.result)
-        result["versions_after"] = dict(firmware.after)
-        result["elapsed"] = round(time.monotonic() - started, 3)
+        _finish(result, reports, firmware, options, started)
         err.result = result
         raise
     result.update(rollout)
-    result["failures"] = failures_of(rollout)
-    result["versions_after"] = dict(firmware.after)
-    result["elapsed"] = round(time.monotonic() - started, 3)
+    _finish(result, reports, firmware, options, started)
     return result

@@ -56,6 +56,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse impo
     parse_smi_query_csv,
     parse_smoke_log,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import normalized_for_diff
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
@@ -257,6 +258,8 @@ class GateReport:
     node: str
     verdicts: List[GateVerdict]
     elapsed: float = 0.0
+    # The Jobs the run created (and deleted once judged), for the diff.
+    jobs: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -425,6 +428,56 @@ def build_gate_job(gate: str, *, node: str, settings: GateSettings, run_id: str,
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
+
+
+def planned_gate_jobs(gates: Sequence[str], *, node: str, settings: GateSettings) -> List[Dict[str, Any]]:
+    """The Jobs a run of ``gates`` on ``node`` creates (what check mode shows; a run names them afresh)."""
+    run_id = secrets.token_hex(4)
+    return [
+        build_gate_job(gate, node=node, settings=settings, run_id=run_id, suffix=secrets.token_hex(3))
+        for gate in validate_gate_names(gates)
+    ]
+
+
+def gate_jobs_diff(jobs: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The diff of a validation: the gates' Jobs, none before, each one after (by name). They are deleted once
+    judged, so the cluster ends as it began; the diff is what the run creates on the way."""
+    return {
+        "before": {"jobs": {}},
+        "after": {"jobs": {str(job["metadata"]["name"]): normalized_for_diff(job) for job in jobs}},
+        "after_header": "Jobs the gates run (deleted once judged)",
+    }
+
+
+def check_mode_result(gates: Sequence[str], *, node: str, settings: GateSettings, diff: bool) -> Dict[str, Any]:
+    """What check mode returns: no gate run, no verdict (``passed`` null), and the change a run makes (it creates
+    the gates' Jobs), with the Jobs as the diff when asked."""
+    names = validate_gate_names(gates)
+    result: Dict[str, Any] = {
+        "changed": True,
+        "passed": None,
+        "checked": False,
+        "node": node,
+        "gates": [],
+        "failed_gates": [],
+        "judged_failed_gates": [],
+        "infrastructure_failures": [],
+        "summary": f"check mode: {', '.join(names)} not run",
+        "counters": {},
+        "elapsed": 0.0,
+    }
+    if diff:
+        result["diff"] = gate_jobs_diff(planned_gate_jobs(names, node=node, settings=settings))
+    return result
+
+
+def report_result(report: GateReport, *, diff: bool) -> Dict[str, Any]:
+    """What a run returns: the report, changed when it created Jobs (deleted once judged: the cluster ends as it
+    began, yet each run writes), and the Jobs as the diff when asked."""
+    result = dict(report.as_dict(), changed=bool(report.jobs), checked=True)
+    if diff:
+        result["diff"] = gate_jobs_diff(report.jobs)
+    return result
 
 
 # -- judging (pure) ----------------------------------------------------------------------------
@@ -832,20 +885,25 @@ def run_gates(
     started = clock()
     on_cluster = node_clock or cluster_clock(api)
     waits = [wait_for_gate_node(api, node=node, gates=names, settings=settings, clock=on_cluster, pause=pause)]
-    verdicts = _run_round(api, node=node, gates=names, settings=settings, fetch=fetch, clock=clock, pause=pause)
+    jobs: List[Dict[str, Any]] = []
+    verdicts = _run_round(
+        api, node=node, gates=names, settings=settings, fetch=fetch, clock=clock, pause=pause, created=jobs
+    )
     for _retry in range(settings.schedule_retries):
         again = [verdict.gate for verdict in verdicts if verdict.unscheduled]
         if not again:
             break
         waits.append(wait_for_gate_node(api, node=node, gates=again, settings=settings, clock=on_cluster, pause=pause))
-        rounds = _run_round(api, node=node, gates=again, settings=settings, fetch=fetch, clock=clock, pause=pause)
+        rounds = _run_round(
+            api, node=node, gates=again, settings=settings, fetch=fetch, clock=clock, pause=pause, created=jobs
+        )
         rerun = {verdict.gate: verdict for verdict in rounds}
         verdicts = [rerun.get(verdict.gate, verdict) for verdict in verdicts]
     for verdict in verdicts:
         verdict.details.setdefault("node_wait", waits)
         if verdict.unscheduled and len(waits) > 1:
             verdict.reason += f" (in each of {len(waits)} runs)"
-    return GateReport(node=node, verdicts=verdicts, elapsed=clock() - started)
+    return GateReport(node=node, verdicts=verdicts, elapsed=clock() - started, jobs=jobs)
 
 
 def _run_round(
@@ -857,8 +915,10 @@ def _run_round(
     fetch: Optional[Fetch],
     clock: Clock,
     pause: Pause,
+    created: Optional[List[Dict[str, Any]]] = None,
 ) -> List[GateVerdict]:
-    """One Job per gate, created at once, awaited and judged together, then deleted."""
+    """One Job per gate, created at once, awaited and judged together, then deleted; ``created`` gets each Job
+    the API accepted."""
     run_id = secrets.token_hex(4)
     runs: List[_GateRun] = []
     for gate in gates:
@@ -871,6 +931,9 @@ def _run_round(
                 api.create(JOBS, run.job, namespace=settings.namespace)
             except KubeApiError as err:
                 run.create_error = err.msg
+            else:
+                if created is not None:
+                    created.append(run.job)
             run.created_at = clock()
         try:
             verdicts = _await_and_judge(

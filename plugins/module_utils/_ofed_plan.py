@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import apply_merge_patch
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import label_selector_matches
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import node_name
 
@@ -351,6 +352,48 @@ def auto_node(node: Mapping[str, Any], pod: Optional[MofedPod], *, version: str)
         held_by_us=HOLD_ANNOTATION in annotations,
         at_target=pod is not None and pod.ready and not pod.terminating and pod.runs(version),
     )
+
+
+def ofed_diff(
+    policy: Mapping[str, Any],
+    policy_patch: Mapping[str, Any],
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Mapping[str, MofedPod],
+    targets: Sequence[str],
+    version: str,
+    state_key: str,
+    states: Mapping[str, str],
+    held: Mapping[str, bool],
+) -> Dict[str, Any]:
+    """Before and after of what a rollout changes: the NicClusterPolicy's ``spec.ofedDriver`` and, per target
+    node, the MOFED it runs (the pod's image before, the target version after), its rollout state annotation
+    (``states``: the planned or the observed one) and whether the operator's upgrade skip label holds it (``held``:
+    the nodes whose hold changes; auto_upgrade mode). A rolling rollout uncordons each node it cordoned, so the
+    cordon is no difference between before and after."""
+    ofed = dict((policy.get("spec") or {}).get("ofedDriver") or {})
+    after_ofed = apply_merge_patch(ofed, (policy_patch.get("spec") or {}).get("ofedDriver") or {})
+    by_name = {node_name(node): node for node in nodes}
+    before: Dict[str, Any] = {}
+    after: Dict[str, Any] = {}
+    for name in targets:
+        meta = by_name.get(name, {}).get("metadata") or {}
+        pod = pods.get(name)
+        was = {
+            "mofed": pod.image if pod else "",
+            "rollout_state": str((meta.get("annotations") or {}).get(state_key, "")),
+            "held": (meta.get("labels") or {}).get(SKIP_LABEL) == "true",
+        }
+        before[name] = was
+        after[name] = {
+            "mofed": version,
+            "rollout_state": states.get(name, was["rollout_state"]),
+            "held": held.get(name, was["held"]),
+        }
+    return {
+        "before": {"nic_cluster_policy": {"ofedDriver": ofed}, "nodes": before},
+        "after": {"nic_cluster_policy": {"ofedDriver": after_ofed}, "nodes": after},
+    }
 
 
 def hold_patch(rollout: str) -> Dict[str, Any]:

@@ -58,6 +58,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_plan import
     hold_patch,
     mofed_pods_by_node,
     new_pod_ready,
+    ofed_diff,
     ofed_policy_patch,
     pod_failure,
     release_patch,
@@ -70,6 +71,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget i
     node_name,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
+    STATE_DONE,
     STATE_FAILED,
     KubeRolloutCluster,
     NodeStep,
@@ -132,6 +134,8 @@ class OfedRolloutOptions:
     # Undo a rollout to another version: nodes it stopped before reload-mofed are released, not run.
     rollback: bool = False
     check_mode: bool = False
+    # Return what changes, before and after (diff mode).
+    diff: bool = False
     # The alerts gate, asked before each node (rolling mode).
     alerts: Optional[AlertsGate] = None
 
@@ -727,12 +731,42 @@ def run_ofed_rollout(api: KubeApi, options: OfedRolloutOptions) -> Dict[str, Any
             or [{"node": err.node, "step": "", "reason": err.msg}]
         )
         partial["changed"] = True if not options.check_mode else bool(partial.get("changed"))
+        if options.diff:
+            partial["diff"] = rollout_diff(options, view, partial)
         _record_halt_event(api, err, options)
         raise RolloutHaltedError(err.msg, node=err.node, result=partial) from err
     except GpuFleetError as err:
         err.result = {**base, **err.result}
         raise
+    if options.diff:
+        result["diff"] = rollout_diff(options, view, result)
     return {**base, **result}
+
+
+def rollout_diff(options: OfedRolloutOptions, view: ClusterView, result: Mapping[str, Any]) -> Dict[str, Any]:
+    """The diff of a run: the rolling engine's node states (planned ``done`` in check mode, else each node's
+    outcome), the auto_upgrade mode's holds (the plan's)."""
+    states: Dict[str, str] = {}
+    held: Dict[str, bool] = {}
+    if options.mode == MODE_AUTO_UPGRADE:
+        plan = result.get("plan") or {}
+        held = {**dict.fromkeys(plan.get("hold") or [], True), **dict.fromkeys(plan.get("release") or [], False)}
+    elif options.check_mode:
+        states = dict.fromkeys(view.selection.targets, STATE_DONE)
+    else:
+        states = {str(entry["node"]): str(entry["outcome"]) for entry in result.get("timeline") or []
+                  if entry.get("node") and entry.get("outcome")}  # fmt: skip
+    return ofed_diff(
+        view.policy,
+        view.policy_patch,
+        nodes=view.nodes,
+        pods=view.pods,
+        targets=view.selection.targets,
+        version=options.target_version,
+        state_key=ProgressKeys(options.rollout_name).state,
+        states=states,
+        held=held,
+    )
 
 
 def _record_halt_event(api: KubeApi, err: RolloutHaltedError, options: OfedRolloutOptions) -> None:

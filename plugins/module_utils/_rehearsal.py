@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import latest_cycle, state_events
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import describe_pdb, pdbs_covering_pod
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import LEDGER_DATA_KEY, parse_jsonl
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import parse_time
 
 Obj = Dict[str, Any]
@@ -137,20 +138,25 @@ def jittered(seconds: float, *, jitter: float, seed: int, node: str) -> float:
     return round(max(1.0, seconds * (1 + draw)), 1)
 
 
-def apply_calibration(directory: str, calibration: Mapping[str, Any], *, jitter: float, seed: int) -> int:
-    """Annotate the snapshot's GPU nodes with their driver step for the twin; returns how many were annotated.
+def apply_calibration(
+    directory: str, calibration: Mapping[str, Any], *, jitter: float, seed: int, check_mode: bool = False
+) -> Tuple[int, bool]:
+    """Annotate the snapshot's GPU nodes with their driver step for the twin: how many nodes carry the annotation,
+    and whether the nodes file changed (or, in check mode, would change; it is then left as it was).
 
     Only a calibrated driver step (from history) or a jitter changes the copy: with neither the twin keeps its
-    own default timings, which are the documented defaults.
+    own default timings, which are the documented defaults. The same calibration, jitter and seed write the same
+    file, so a second run changes nothing.
     """
     if not 0 <= jitter < 1:
         raise InvalidInputError(f"jitter must be a fraction in [0, 1), got {jitter}")
     driver = calibration["steps"]["driver"]
     if driver["source"] == "defaults" and jitter <= 0:
-        return 0
+        return 0, False
     path = os.path.join(directory, NODES_FILE)
     with open(path, encoding="utf-8") as handle:
-        document = json.load(handle)
+        text = handle.read()
+    document = json.loads(text)
     annotated = 0
     for node in document.get("items") or []:
         meta = node.setdefault("metadata", {})
@@ -159,9 +165,29 @@ def apply_calibration(directory: str, calibration: Mapping[str, Any], *, jitter:
         seconds = jittered(float(driver["seconds"]), jitter=jitter, seed=seed, node=str(meta.get("name")))
         meta.setdefault("annotations", {})[DRIVER_SECONDS_ANNOTATION] = str(seconds)
         annotated += 1
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, separators=(",", ":"))
-    return annotated
+    written = json.dumps(document, separators=(",", ":"))
+    changed = written != text
+    if changed and not check_mode:
+        write_text_atomically(path, written)
+    return annotated, changed
+
+
+def write_report_files(texts: Mapping[str, str], *, check_mode: bool) -> bool:
+    """Write each report (path: text) whose file does not hold that text already; whether any did not (in check
+    mode nothing is written)."""
+    stale = []
+    for path, text in texts.items():
+        try:
+            with open(path, encoding="utf-8") as handle:
+                same = handle.read() == text
+        except OSError:
+            same = False
+        if not same:
+            stale.append(path)
+    if not check_mode:
+        for path in stale:
+            write_text_atomically(path, texts[path])
+    return bool(stale)
 
 
 # -- the prediction -----------------------------------------------------------------------------------

@@ -40,8 +40,10 @@ attributes:
     support: full
     description: Reads the BMCs and the nodes and returns the rollout plan; changes nothing.
   diff_mode:
-    support: none
-    description: The result's C(preflight) and C(timeline) show versions before and after instead.
+    support: full
+    description:
+      - Per node to flash, its BMC and device firmware versions before (read from the BMC in the preflight) and
+        after (read back from the BMC once flashed; in check mode, the versions the plan flashes).
 options:
   scope:
     description:
@@ -393,6 +395,7 @@ def rollout_options(module):
         preflight_only=params["preflight_only"],
         undo=params["undo"],
         check_mode=module.check_mode,
+        diff=module._diff,
         alerts=alerts_gate_from_params(params["alerts"]),
     )
 

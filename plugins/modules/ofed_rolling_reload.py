@@ -48,8 +48,11 @@ attributes:
     support: full
     description: Returns the plan (which nodes, in what order, what each step does, the NicClusterPolicy patch).
   diff_mode:
-    support: none
-    description: The returned plan says what changes, node by node; no before and after diff is returned.
+    support: full
+    description:
+      - The NicClusterPolicy's C(spec.ofedDriver) before and after and, per target node, the MOFED it runs (the
+        pod's image before, the target version after), its rollout state annotation and whether the operator's
+        upgrade skip label holds it; in check mode, what the run would leave.
 options:
   target_version:
     description: The MOFED (DOCA driver) version, as the NicClusterPolicy writes it, for example C(25.01-0.6.0.0-0).
@@ -380,6 +383,7 @@ def rollout_options(module):
         rollout_name=params["rollout_name"],
         rollback=params["rollback"],
         check_mode=module.check_mode,
+        diff=module._diff,
         alerts=alerts_gate_from_params(params["alerts"]),
     )
 

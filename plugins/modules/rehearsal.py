@@ -22,7 +22,7 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Computes the same result; writes no file.
+    description: Computes the same result and whether a file would change; writes no file.
   diff_mode:
     support: none
     description: Only local files are written.
@@ -135,6 +135,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import
     predict,
     render_html,
     render_markdown,
+    write_report_files,
 )
 
 
@@ -165,10 +166,10 @@ def run(module):
         raise InvalidInputError(f"snapshot_dir {directory} is not a directory")
     if params["action"] == "calibrate":
         calibration = calibrate(directory)
-        annotated = 0
-        if not module.check_mode:
-            annotated = apply_calibration(directory, calibration, jitter=params["jitter"], seed=params["seed"])
-        return {"changed": annotated > 0, "calibration": calibration, "annotated_nodes": annotated}
+        annotated, changed = apply_calibration(
+            directory, calibration, jitter=params["jitter"], seed=params["seed"], check_mode=module.check_mode
+        )
+        return {"changed": changed, "calibration": calibration, "annotated_nodes": annotated}
     if not params["ledger_file"] or not params["report_dir"]:
         raise InvalidInputError("action=report needs ledger_file and report_dir")
     try:
@@ -195,17 +196,12 @@ def run(module):
     paths = [os.path.join(params["report_dir"], f"rehearsal-{entry.get('stage')}.{ext}") for ext in ("md", "html")]
     if prediction.get("estimate"):
         paths.append(os.path.join(params["report_dir"], "rehearsal-estimate.svg"))
-    if not module.check_mode:
-        os.makedirs(params["report_dir"], exist_ok=True)
-        if prediction.get("estimate"):
-            with open(paths[-1], "w", encoding="utf-8") as handle:
-                handle.write(estimate_svg(prediction["estimate"]["rows"]))
-        texts = {paths[0]: render_markdown(prediction, title=title), paths[1]: render_html(prediction, title=title)}
-        for path, text in texts.items():
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
+    texts = {paths[0]: render_markdown(prediction, title=title), paths[1]: render_html(prediction, title=title)}
+    if prediction.get("estimate"):
+        texts[paths[-1]] = estimate_svg(prediction["estimate"]["rows"])
+    changed = write_report_files(texts, check_mode=module.check_mode)
     return {
-        "changed": not module.check_mode,
+        "changed": changed,
         "prediction": prediction,
         "reports": paths,
         "calibration": params["calibration"],

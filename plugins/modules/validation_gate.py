@@ -35,10 +35,14 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: In check mode no Job is created and no gate runs; RV(passed) is null and RV(checked) false.
+    description:
+      - In check mode no Job is created and no gate runs; RV(passed) is null and RV(checked) false. It reports
+        changed, as a run does.
   diff_mode:
-    support: none
-    description: The gates leave the cluster as they found it; there is nothing to diff.
+    support: full
+    description:
+      - The gates' Jobs, none before and each one after (in check mode, the Jobs a run would create, named afresh
+        by each run). A run deletes them once judged, so the cluster ends as it began.
 options:
   node:
     description: Name of the node to validate.
@@ -304,7 +308,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     DEFAULT_IMAGES,
     GATE_NAMES,
     GateSettings,
+    check_mode_result,
     fetch_json_with,
+    report_result,
     run_gates,
     validate_gate_names,
 )
@@ -399,19 +405,7 @@ def validate(module):
     gates = validate_gate_names(params["gates"])
     settings = settings_from(params)
     if module.check_mode:
-        return {
-            "changed": False,
-            "passed": None,
-            "checked": False,
-            "node": params["node"],
-            "gates": [],
-            "failed_gates": [],
-            "judged_failed_gates": [],
-            "infrastructure_failures": [],
-            "summary": f"check mode: {', '.join(gates)} not run",
-            "counters": {},
-            "elapsed": 0.0,
-        }
+        return check_mode_result(gates, node=params["node"], settings=settings, diff=module._diff)
     fetch = None
     if settings.prometheus_url:
         fetch = fetch_json_with(
@@ -421,12 +415,11 @@ def validate(module):
             errors=(OSError, ValueError, UrlConnectionError, SSLValidationError),
         )
     report = run_gates(KubeApi.from_params(params), node=params["node"], gates=gates, settings=settings, fetch=fetch)
-    result = report.as_dict()
+    result = report_result(report, diff=module._diff)
     # A node that fails its gates is the verdict, not an error of the module: its own message, the full report.
     if not report.passed and params["fail_on_failure"]:
-        module.fail_json(msg=f"Validation of node {params['node']} failed: {result['summary']}", checked=True, **result)
-    # The gates create and delete their own Jobs: the cluster ends as it began.
-    return dict(result, changed=False, checked=True)
+        module.fail_json(msg=f"Validation of node {params['node']} failed: {result['summary']}", **result)
+    return result
 
 
 def main():

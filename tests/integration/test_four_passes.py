@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,10 +26,11 @@ from gpufleet_twin.process import TwinProcess
 
 from .conftest import PlaybookRun, kubectl, run_playbook
 from .test_clusterpolicy_upgrade import get_json
+from .test_firmware_idrac_flash import NEW_CX7, OLD_CX7, bmc_ca, bmc_credentials, bmc_view, write_image
 from .test_matrix_promote_push import EXAMPLE
 from .test_matrix_promote_push import PLAYBOOK as PROMOTE_PLAYBOOK
 from .test_observability import pushgateway as pushgateway_fixture
-from .test_upgrade_flow import writes
+from .test_upgrade_flow import git, writes
 
 pytestmark = pytest.mark.slow
 
@@ -194,6 +196,188 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
 
     # The real re-run wrote exactly this: the renewal, the two Events, the ledger entry.
     assert again.writes == {"update leases.coordination.k8s.io": 1, "create events": 2, "update configmaps": 1}
+
+
+Case = tuple[dict[str, dict[str, Any]], Callable[[], dict[str, Any]], Callable[[list[Pass]], None]]
+
+
+def files_case(tmp_path: pathlib.Path) -> Case:
+    """gitops_change commits a field of a manifest and pushes it to the bare repository (the remote Argo CD reads);
+    rehearsal ``action=calibrate`` annotates the snapshot's GPU node with its (jittered) driver step, and
+    ``action=report`` writes the prediction's Markdown and HTML. Each changes once: the check pass commits, pushes
+    and writes nothing, yet says what the real pass changes (the manifest's diff); the re-runs find the commit
+    pushed, the node annotated and the reports written with the same text."""
+    remote, clone = tmp_path / "platform.git", tmp_path / "platform"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True, timeout=30)
+    subprocess.run(["git", "clone", "-q", str(remote), str(clone)], check=True, capture_output=True, timeout=30)
+    git(clone, "checkout", "-q", "-b", "main")
+    manifest = (
+        "# kept by the platform team\napiVersion: nvidia.com/v1\nkind: ClusterPolicy\n"
+        "metadata:\n  name: gpu-cluster-policy\nspec:\n  driver:\n    version: 550.127.08  # the fleet's\n"
+    )
+    (clone / "clusterpolicy.yaml").write_text(manifest)
+    git(clone, "add", ".")
+    git(clone, "commit", "-q", "-m", "The ClusterPolicy")
+    git(clone, "push", "-q", "origin", "main")
+    snapshot, reports, ledger = tmp_path / "snapshot", tmp_path / "reports", tmp_path / "ledger.json"
+    snapshot.mkdir()
+    node = {"metadata": {"name": NODE, "labels": {"nvidia.com/gpu.present": "true"}}, "status": {"conditions": []}}
+    (snapshot / "api_v1_nodes.json").write_text(json.dumps({"kind": "NodeList", "items": [node]}))
+    entry = {
+        "id": "canary-1",
+        "stage": "canary",
+        "outcome": "success",
+        "message": "1 node upgraded",
+        "started_at": "2026-11-27T10:00:00Z",
+        "recorded_at": "2026-11-27T10:20:00Z",
+        "duration_seconds": 1200,
+    }
+    ledger.write_text(json.dumps({"entries": [entry]}))
+    modules = {
+        "gitops_change": {"repository": str(clone), "branch": "main",
+                          "manifests": [{"kind": "ClusterPolicy", "name": "gpu-cluster-policy",
+                                         "path": "clusterpolicy.yaml"}],
+                          "changes": [{"kind": "ClusterPolicy", "name": "gpu-cluster-policy",
+                                       "patch": {"spec": {"driver": {"version": "570.124.06"}}}}],
+                          "change_id": "four-passes", "stage": "canary"},
+        "rehearsal_calibrate": {"action": "calibrate", "snapshot_dir": str(snapshot), "jitter": 0.2, "seed": 7},
+        "rehearsal": {"action": "report", "snapshot_dir": str(snapshot), "ledger_file": str(ledger),
+                      "report_dir": str(reports)},
+    }  # fmt: skip
+
+    def observe() -> dict[str, Any]:
+        return {
+            "pushed": git(remote, "rev-parse", "main").strip(),
+            "head": git(clone, "rev-parse", "HEAD").strip(),
+            "status": git(clone, "status", "--porcelain"),
+            "manifest": (clone / "clusterpolicy.yaml").read_text(),
+            "snapshot": files_under(snapshot),
+            "reports": files_under(reports),
+        }
+
+    def assert_passes(passes: list[Pass]) -> None:
+        first, real, check, again = passes
+        (diff,) = first.results["gitops_change"]["diff"]
+        assert diff["before"] == manifest and diff["after"] == real.after["manifest"]
+        assert (
+            "version: 570.124.06  # the fleet's" in real.after["manifest"]
+            and "# kept by the platform team" in diff["after"]
+        )
+        assert "+    version: 570.124.06" in first.output  # ansible-playbook --diff shows it
+        assert real.after["pushed"] == real.after["head"] != real.before["head"] and real.after["status"] == ""
+        assert real.results["gitops_change"]["pushed"] is True
+        assert "Gpufleet-Change: four-passes" in git(remote, "log", "-1", "--format=%B", "main")
+        mine = ("pushed", "head", "status", "manifest", "snapshot", "reports")
+        assert {key: again.after[key] for key in mine} == {key: real.after[key] for key in mine}
+        assert check.results["gitops_change"]["diff"] == []
+
+        calibrated = json.loads(real.after["snapshot"]["api_v1_nodes.json"])["items"][0]["metadata"]["annotations"]
+        assert list(calibrated) == ["twin.gpufleet.io/driver-load-seconds"]
+        assert [p.results["rehearsal_calibrate"]["annotated_nodes"] for p in passes] == [1, 1, 1, 1]
+        written = sorted(real.after["reports"])
+        assert written == ["rehearsal-canary.html", "rehearsal-canary.md"]
+        assert [pathlib.Path(path).name for path in first.results["rehearsal"]["reports"]] == [
+            "rehearsal-canary.md",
+            "rehearsal-canary.html",
+        ]
+        assert b"1 node upgraded" in real.after["reports"]["rehearsal-canary.md"]
+
+    return modules, observe, assert_passes
+
+
+def bmc_case(twin: TwinProcess, tmp_path: pathlib.Path) -> Case:
+    """One node, one BMC: nic_firmware_rollout flashes the node's ConnectX-7 once (cordon, evict, flash, reboot,
+    verify, uncordon), then finds it at the target; validation_gate runs the gpu_errors gate's Job on it after the
+    flash, every real run (the Job is deleted once judged, so each run creates one again: changed each pass). Check
+    mode sends the BMC and the API no write (the twin's Redfish recorder and its API recorder) and shows, with
+    --diff, the versions the flash brings and the gate's Job."""
+    node = "gpu-worker-003"  # not the node of the other tests
+    image, sha256 = write_image(tmp_path, "ConnectX-7", NEW_CX7)
+    bmc = bmc_credentials(twin, node)
+    namespace = twin.companion["published"]["gpu_operator_namespace"]
+    modules = {
+        "nic_firmware_rollout": {
+            "nodes": [node], "rollout_name": "four-passes",
+            "components": [{"name": "firmware_cx7", "match": "ConnectX-7", "version": NEW_CX7, "image_path": image,
+                            "sha256": sha256}],
+            "bmcs": [{"node": node, "address": bmc["address"], "username": bmc["username"],
+                      "password": bmc["password"]}],
+            "bmc_ca_path": bmc_ca(twin), "bmc_timeout": 10, "drain_timeout": 120, "job_timeout": 600,
+            "reboot_timeout": 600, "node_ready_timeout": 600, "wait_sleep": 0.2,
+        },
+        "validation_gate": {"node": node, "gates": ["gpu_errors"], "namespace": namespace, "wait_timeout": 300,
+                            "wait_sleep": 0.5},
+    }  # fmt: skip
+
+    def observe() -> dict[str, Any]:
+        seen = bmc_view(twin, node)
+        found = get_json(twin, "node", node)
+        jobs = get_json(twin, "jobs", "-n", namespace)["items"]
+        return {
+            "firmware": seen["firmware"],
+            "bmc_jobs": sorted(seen["jobs"]),
+            "bmc_writes": seen["writeRequests"],
+            "power": seen["powerState"],
+            "unschedulable": bool(found["spec"].get("unschedulable")),
+            "annotations": {k: v for k, v in found["metadata"].get("annotations", {}).items() if "four-passes" in k},
+            "gate_jobs": [job["metadata"]["name"] for job in jobs if job["metadata"]["name"].startswith("gpufleet-")],
+        }
+
+    def assert_passes(passes: list[Pass]) -> None:
+        first, real, check, again = passes
+        assert first.before["firmware"]["NIC.Slot.1-1-1"] == OLD_CX7 and first.before["bmc_writes"] == {}
+        diff = first.results["nic_firmware_rollout"]["diff"]
+        assert diff["before"][node]["bmc"] == bmc["address"] == diff["after"][node]["bmc"]
+        # The BMC's inventory writes the version its own way (28.39.10.02); the plan's after is the target as given.
+        assert {version.replace(".", "") for version in diff["before"][node]["firmware"].values()} == {
+            OLD_CX7.replace(".", "")
+        }
+        assert set(diff["after"][node]["firmware"].values()) == {NEW_CX7}
+        assert diff["after"][node]["firmware"].keys() == diff["before"][node]["firmware"].keys()
+        assert f'"NIC.Slot.1-1-1": "{NEW_CX7}"' in first.output  # ansible-playbook --diff shows it
+        assert real.results["nic_firmware_rollout"]["nodes_done"] == [node]
+        assert set(real.after["firmware"].values()) >= {NEW_CX7} and real.after["firmware"]["NIC.Slot.1-1-1"] == NEW_CX7
+        assert real.after["bmc_writes"] != {} and not real.after["unschedulable"]
+        assert real.after["annotations"]["gpufleet.io/rollout-four-passes-state"] == "done"
+        assert (
+            check.results["nic_firmware_rollout"]["at_target"] == [node]
+            and again.results["nic_firmware_rollout"]["targets"] == []
+        )
+        # The re-runs sent the BMC nothing that writes, and the API only the gate's Job (created, then deleted).
+        assert (
+            again.after["bmc_writes"] == real.after["bmc_writes"] and again.after["firmware"] == real.after["firmware"]
+        )
+        assert again.after["annotations"] == real.after["annotations"]
+        assert again.writes == {"create jobs.batch": 1, "delete jobs.batch": 1}
+
+        (job,) = first.results["validation_gate"]["diff"]["after"]["jobs"].values()
+        assert first.results["validation_gate"]["diff"]["before"] == {"jobs": {}}
+        assert job["kind"] == "Job" and job["metadata"]["labels"]["gpufleet.io/gate"] == "gpu-errors"
+        assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
+        assert first.results["validation_gate"]["checked"] is False
+        for done in (real, again):
+            gate = done.results["validation_gate"]
+            assert gate["checked"] is True and gate["passed"] is True, gate["summary"]
+            assert done.after["gate_jobs"] == [] and done.writes.get("create jobs.batch") == 1
+
+    return modules, observe, assert_passes
+
+
+def test_gitops_change_rehearsal_nic_firmware_rollout_and_validation_gate(shared_twin, tmp_path):
+    """Four modules (five tasks) that write, run together (one playbook run a pass, to keep the suite's time):
+    gitops_change, rehearsal (calibrate, report) and nic_firmware_rollout change once, validation_gate on every
+    real run. The check passes write nothing: no API or BMC write request, no file, no commit, no push."""
+    cases = [files_case(tmp_path), bmc_case(shared_twin, tmp_path)]
+    modules = {name: options for case in cases for name, options in case[0].items()}
+
+    def observe() -> dict[str, Any]:
+        return {key: value for case in cases for key, value in case[1]().items()}
+
+    changed = dict.fromkeys(modules, (True, True, False, False))
+    changed["validation_gate"] = (True,) * 4
+    passes = four_passes(once(shared_twin, tmp_path, modules), twin=shared_twin, observe=observe, changed=changed)
+    for case in cases:
+        case[2](passes)
 
 
 def test_stage_lease_release_and_clusterversion_update_change_once(shared_twin, tmp_path):

@@ -39,12 +39,12 @@ RELOAD = "twin.gpufleet.io/mofed-reload-seconds"
 
 
 def run_module(
-    twin: TwinProcess, tmp_path: pathlib.Path, args: dict[str, Any], *, check: bool = False
+    twin: TwinProcess, tmp_path: pathlib.Path, args: dict[str, Any], *, check: bool = False, diff: bool = False
 ) -> tuple[PlaybookRun, dict[str, Any]]:
     out = tmp_path / f"ofed-{time.monotonic_ns()}.json"
     args = {"target_version": NEW, "wait_sleep": 0.3, **args}
     run = run_playbook(PLAYBOOK, twin=twin, extra_vars={"ofed_module_args": args, "ofed_result_file": str(out)},
-                       check=check)  # fmt: skip
+                       check=check, diff=diff)  # fmt: skip
     return run, json.loads(out.read_text()) if out.exists() else {}
 
 
@@ -144,10 +144,20 @@ def test_check_real_check_real_within_budget_and_failure_domains(twin_factory, t
     before = resource_versions(twin)
     twin.admin("POST", "report/reset")
 
-    run, result = run_module(twin, tmp_path, args, check=True)
+    run, result = run_module(twin, tmp_path, args, check=True, diff=True)
     assert run.returncode == 0, run.output
     assert result["changed"] is True
     assert result["policy_patch"] == {"spec": {"ofedDriver": {"version": NEW}}}
+    # --diff: the NicClusterPolicy's version and, per node, the MOFED it runs and its rollout state, before and after.
+    diff = result["diff"]
+    assert diff["before"]["nic_cluster_policy"]["ofedDriver"]["version"] == OLD
+    assert diff["after"]["nic_cluster_policy"]["ofedDriver"]["version"] == NEW
+    assert sorted(diff["before"]["nodes"]) == names == sorted(diff["after"]["nodes"])
+    assert all(OLD in entry["mofed"] and entry["rollout_state"] == "" for entry in diff["before"]["nodes"].values())
+    assert all(
+        entry == {"mofed": NEW, "rollout_state": "done", "held": False} for entry in diff["after"]["nodes"].values()
+    )
+    assert f'"version": "{NEW}"' in run.output  # ansible-playbook --diff shows it
     assert result["plan"]["starts_now"] == [names[0], names[3]]  # one per rack
     assert [step["name"] for step in result["plan"]["steps"]] == ["cordon", "evict-pods", "reload-mofed", "uncordon"]
     assert write_requests(twin) == {}

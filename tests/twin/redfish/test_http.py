@@ -415,3 +415,7 @@ def test_admin_view_counts_requests_and_update_requests(bmcs: BmcHarness) -> Non
     assert after["requests"] - before["requests"] == 3
     assert after["updateRequests"] - before["updateRequests"] == 2
     assert bmcs.fleet.describe()[OTHER]["updateRequests"] == 0
+    # writeRequests: what may change the BMC, by method and path (a GET is none; logging in is none either).
+    written = {key: count - before["writeRequests"].get(key, 0) for key, count in after["writeRequests"].items()}
+    assert written == {f"POST {SIMPLE_UPDATE}": 1, f"POST {MULTIPART}": 1}
+    assert bmcs.fleet.describe()[OTHER]["writeRequests"] == {}

@@ -12,6 +12,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_rollout
     RolloutOptions,
     bmc_for_nodes,
     failures_of,
+    firmware_diff,
     gpus_back,
     nothing_to_undo,
     rollout_target_label,
@@ -133,3 +134,25 @@ def test_options_are_checked() -> None:
     with pytest.raises(InvalidInputError, match="http"):
         FlashOptions(components=[ComponentSpec(match="BIOS", version="1", image_uri="ftp://x/y.bin", sha256="a" * 64)])
     assert FlashOptions(components=[ComponentSpec(match="BIOS")], rollback=True).rollback
+
+
+def test_the_diff_shows_each_node_to_flash_before_and_after() -> None:
+    old, new = {"NIC.Slot.1-1-1": "28.39.1002"}, {"NIC.Slot.1-1-1": "28.42.1000"}
+    reports = [
+        {"node": "gpu-worker-001", "bmc": "https://127.1.0.1:443", "versions": old, "planned_versions": new},
+        {"node": "gpu-worker-002", "bmc": "https://127.1.0.2:443", "versions": new, "planned_versions": new},
+        {"node": "gpu-worker-003", "bmc": "https://127.1.0.3:443", "versions": old, "planned_versions": new},
+    ]
+    targets = ["gpu-worker-001", "gpu-worker-003"]
+    planned = firmware_diff(reports, targets, after={}, check_mode=True)
+    assert planned["before"] == {
+        "gpu-worker-001": {"bmc": "https://127.1.0.1:443", "firmware": old},
+        "gpu-worker-003": {"bmc": "https://127.1.0.3:443", "firmware": old},
+    }
+    assert {node: entry["firmware"] for node, entry in planned["after"].items()} == dict.fromkeys(targets, new)
+    # A real run that halted after the first node: read back where flashed, as before where not started.
+    read_back = {"NIC.Slot.1-1-1": "28.42.1000", "NIC.Slot.1-1-2": "28.42.1000"}
+    halted = firmware_diff(reports, targets, after={"gpu-worker-001": read_back}, check_mode=False)
+    assert halted["after"]["gpu-worker-001"]["firmware"] == read_back
+    assert halted["after"]["gpu-worker-003"]["firmware"] == old
+    assert firmware_diff(reports, [], after={}, check_mode=True) == {"before": {}, "after": {}}

@@ -17,14 +17,18 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates import (
     GateSettings,
     GateVerdict,
     build_gate_job,
+    check_mode_result,
     counter_growth,
     gate_evidence,
     gate_job_name,
+    gate_jobs_diff,
     job_failure,
     judge_gate,
     node_gate_blocker,
+    planned_gate_jobs,
     pod_run_times,
     pod_situation,
+    report_result,
     run_gates,
     validate_gate_names,
 )
@@ -513,6 +517,50 @@ def run_smoke(api: _GpusComingBack, settings: GateSettings = SETTINGS):
         pause=lambda seconds: None,
         node_clock=api.clock,
     )
+
+
+def test_the_diff_shows_each_gate_job_created_none_before() -> None:
+    planned = planned_gate_jobs(["rdma", "gpu_errors", "rdma"], node="gpu-worker-001", settings=SETTINGS)
+    assert [job["metadata"]["labels"]["gpufleet.io/gate"] for job in planned] == ["rdma", "gpu-errors"]
+    server = {**planned[0], "metadata": {**planned[0]["metadata"], "uid": "u-1", "resourceVersion": "7"},
+              "status": {"active": 1}}  # fmt: skip
+    diff = gate_jobs_diff([server, planned[1]])
+    assert diff["before"] == {"jobs": {}}
+    names = [job["metadata"]["name"] for job in planned]
+    assert list(diff["after"]["jobs"]) == names and all(name.startswith("gpufleet-") for name in names)
+    shown = diff["after"]["jobs"][names[0]]
+    assert "status" not in shown and "uid" not in shown["metadata"] and "resourceVersion" not in shown["metadata"]
+    assert shown["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-worker-001"}
+    assert gate_jobs_diff([])["after"] == {"jobs": {}}
+
+
+def test_check_mode_reports_the_change_a_run_makes_and_shows_its_jobs() -> None:
+    result = check_mode_result(["rdma", "dcgm_diag"], node="gpu-worker-001", settings=SETTINGS, diff=True)
+    assert result["changed"] is True and result["passed"] is None and result["checked"] is False
+    jobs = result["diff"]["after"]["jobs"].values()
+    assert [job["spec"]["template"]["spec"]["containers"][0]["name"] for job in jobs] == ["ibstat", "dcgm"]
+    assert "diff" not in check_mode_result(["rdma"], node="gpu-worker-001", settings=SETTINGS, diff=False)
+    with pytest.raises(InvalidInputError):
+        check_mode_result(["no_such_gate"], node="gpu-worker-001", settings=SETTINGS, diff=False)
+
+
+def test_a_run_that_created_jobs_is_a_change_and_one_that_could_not_create_any_is_not() -> None:
+    api = _GpusComingBack(gpus_back_at=0)
+    result = report_result(run_smoke(api), diff=True)
+    assert result["changed"] is True and result["checked"] is True and result["passed"] is True
+    assert list(result["diff"]["after"]["jobs"]) == list(api.jobs)
+    clock = iter(range(1000))
+    refused = run_gates(_FailingApi(failing="create"), node="gpu-worker-001", gates=["rdma"], settings=SETTINGS,
+                        clock=lambda: float(next(clock)), pause=lambda seconds: None,
+                        node_clock=lambda: float(next(clock)))  # fmt: skip
+    assert report_result(refused, diff=False)["changed"] is False
+
+
+def test_a_run_reports_every_job_it_created_for_the_diff_also_those_run_again() -> None:
+    api = _GpusComingBack(gpus_back_at=200, wait_for_gpus=False)  # the first pod is never scheduled
+    report = run_smoke(api)
+    assert [job["metadata"]["name"] for job in report.jobs] == list(api.jobs) and len(api.jobs) == 2
+    assert list(gate_jobs_diff(report.jobs)["after"]["jobs"]) == list(api.jobs)
 
 
 def test_gates_wait_for_the_node_to_offer_its_gpus_again_after_a_driver_change() -> None:

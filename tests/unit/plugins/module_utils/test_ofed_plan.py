@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_plan import
     mofed_pod,
     mofed_pods_by_node,
     new_pod_ready,
+    ofed_diff,
     ofed_policy_patch,
     pod_failure,
     release_patch,
@@ -169,3 +170,31 @@ def test_auto_node_reads_state_hold_and_version() -> None:
     failed = auto_node(node("n3", {STATE_LABEL: "upgrade-failed"}), None, version=NEW)
     assert failed.failed and not failed.at_target
     assert release_patch() == {"metadata": {"labels": {SKIP_LABEL: None}, "annotations": {HOLD_ANNOTATION: None}}}
+
+
+def test_the_diff_shows_the_policy_and_each_target_node_before_and_after() -> None:
+    policy = {
+        "metadata": {"name": "nic-cluster-policy"},
+        "spec": {"ofedDriver": {"version": OLD, "upgradePolicy": {"autoUpgrade": True, "maxParallelUpgrades": 1}}},
+    }
+    patch = ofed_policy_patch(policy, version=NEW)
+    state = "gpufleet.io/rollout-ofed-state"
+    nodes = [node("w1"), node("w2", annotations={state: "failed"}), node("w3", labels={SKIP_LABEL: "true"})]
+    pods = mofed_pods_by_node([pod("m1", "w1", OLD), pod("m2", "w2", OLD), pod("m3", "w3", OLD)])
+    diff = ofed_diff(policy, patch, nodes=nodes, pods=pods, targets=["w1", "w2"], version=NEW, state_key=state,
+                     states={"w1": "done", "w2": "done"}, held={})  # fmt: skip
+    assert diff["before"]["nic_cluster_policy"]["ofedDriver"] == policy["spec"]["ofedDriver"]
+    assert diff["after"]["nic_cluster_policy"]["ofedDriver"] == {
+        "version": NEW, "upgradePolicy": {"autoUpgrade": False, "maxParallelUpgrades": 1}}  # fmt: skip
+    assert policy["spec"]["ofedDriver"]["version"] == OLD  # not changed in place
+    assert list(diff["before"]["nodes"]) == ["w1", "w2"]  # the targets only
+    assert OLD in diff["before"]["nodes"]["w1"]["mofed"] and diff["after"]["nodes"]["w1"]["mofed"] == NEW
+    assert diff["before"]["nodes"]["w2"]["rollout_state"] == "failed"
+    assert diff["after"]["nodes"]["w2"] == {"mofed": NEW, "rollout_state": "done", "held": False}
+    # auto_upgrade: the hold on a node changes, no rollout state of ours; nothing to change: the same on both sides.
+    auto = ofed_diff(policy, {}, nodes=nodes, pods=pods, targets=["w3", "w1"], version=NEW, state_key=state,
+                     states={}, held={"w3": False, "w1": True})  # fmt: skip
+    assert auto["before"]["nic_cluster_policy"] == auto["after"]["nic_cluster_policy"]
+    assert [auto["before"]["nodes"][n]["held"] for n in ("w3", "w1")] == [True, False]
+    assert [auto["after"]["nodes"][n]["held"] for n in ("w3", "w1")] == [False, True]
+    assert auto["after"]["nodes"]["w3"]["rollout_state"] == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
@@ -23,6 +24,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import
     rollout_seconds,
     run_timeline,
     step_seconds,
+    write_report_files,
 )
 
 ROWS = [
@@ -53,7 +55,7 @@ def test_calibration_comes_from_the_ledger_and_is_written_into_the_nodes(tmp_pat
     calibration = calibrate(str(tmp_path))
     assert calibration["source"] == "ledger"
     assert calibration["steps"]["driver"] == {"seconds": 420.0, "source": "ledger", "samples": 1}
-    assert apply_calibration(str(tmp_path), calibration, jitter=0.0, seed=0) == 1
+    assert apply_calibration(str(tmp_path), calibration, jitter=0.0, seed=0) == (1, True)
     nodes = json.loads((tmp_path / "api_v1_nodes.json").read_text())["items"]
     assert nodes[0]["metadata"]["annotations"] == {DRIVER_SECONDS_ANNOTATION: "420.0"}
     assert "annotations" not in nodes[1]["metadata"]
@@ -64,7 +66,7 @@ def test_calibration_falls_back_to_events_then_to_the_documented_defaults(tmp_pa
     defaults = calibrate(str(tmp_path))
     assert defaults["source"] == "defaults" and defaults["steps"]["driver"]["seconds"] == 240.0
     # Without history nor jitter the copy keeps the twin's own (documented) timings.
-    assert apply_calibration(str(tmp_path), defaults, jitter=0.0, seed=0) == 0
+    assert apply_calibration(str(tmp_path), defaults, jitter=0.0, seed=0) == (0, False)
     events = [
         {
             "reason": "GPUDriverUpgrade",
@@ -77,6 +79,34 @@ def test_calibration_falls_back_to_events_then_to_the_documented_defaults(tmp_pa
     write_list(tmp_path, "api_v1_events.json", events)
     from_events = calibrate(str(tmp_path))
     assert from_events["source"] == "events" and from_events["steps"]["driver"]["seconds"] == 420.0
+
+
+def test_calibration_in_check_mode_says_it_would_change_and_writes_nothing_then_a_rerun_changes_nothing(tmp_path):
+    write_list(tmp_path, "api_v1_nodes.json", [gpu_node("gpu-1")])
+    nodes = tmp_path / "api_v1_nodes.json"
+    before = nodes.read_bytes()
+    calibration = calibrate(str(tmp_path))
+    assert apply_calibration(str(tmp_path), calibration, jitter=0.2, seed=3, check_mode=True) == (1, True)
+    assert nodes.read_bytes() == before
+    assert apply_calibration(str(tmp_path), calibration, jitter=0.2, seed=3) == (1, True)
+    written = nodes.read_bytes()
+    assert written != before
+    assert apply_calibration(str(tmp_path), calibration, jitter=0.2, seed=3, check_mode=True) == (1, False)
+    assert apply_calibration(str(tmp_path), calibration, jitter=0.2, seed=3) == (1, False)
+    assert nodes.read_bytes() == written
+
+
+def test_report_files_are_written_when_they_differ_and_never_in_check_mode(tmp_path):
+    texts = {str(tmp_path / "reports" / "rehearsal-canary.md"): "# one\n", str(tmp_path / "reports" / "x.html"): "<p>"}
+    assert write_report_files(texts, check_mode=True) is True
+    assert not (tmp_path / "reports").exists()
+    assert write_report_files(texts, check_mode=False) is True
+    assert {path: pathlib.Path(path).read_text() for path in texts} == texts
+    assert write_report_files(texts, check_mode=True) is False
+    assert write_report_files(texts, check_mode=False) is False
+    changed = {**texts, str(tmp_path / "reports" / "x.html"): "<p>two"}
+    assert write_report_files(changed, check_mode=False) is True
+    assert (tmp_path / "reports" / "x.html").read_text() == "<p>two"
 
 
 def test_jitter_is_seeded_per_node_and_bounded():

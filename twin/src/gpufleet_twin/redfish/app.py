@@ -168,6 +168,9 @@ async def bmc_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     bmc.requests_received += 1
     if request.method == "POST" and request.path.rstrip("/") in _UPDATE_PATHS:
         bmc.update_requests_received += 1
+    if request.method not in ("GET", "HEAD") and not request.path.startswith(res.SESSIONS_URI):
+        written = f"{request.method} {request.path.rstrip('/')}"
+        bmc.writes_received[written] = bmc.writes_received.get(written, 0) + 1
     try:
         if bmc.accounts_loading(now) and not (request.method == "GET" and _is_public(request.method, request.path)):
             raise RedfishError(401, "NoValidSession")

@@ -374,6 +374,8 @@ class Bmc:
         # (SimpleUpdate, MultipartHttpPushUri, HttpPushUri) whether or not they were accepted.
         self.requests_received = 0
         self.update_requests_received = 0
+        # Requests other than GET/HEAD, logging in and out aside, by "METHOD path": whatever may change the BMC.
+        self.writes_received: dict[str, int] = {}
         self._effects: list[Effect] = []
         self._session_counter = 0
         self._last_jid = 0

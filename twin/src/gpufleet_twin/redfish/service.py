@@ -405,6 +405,7 @@ class BmcFleet:
                 "sessions": len(bmc.sessions),
                 "requests": bmc.requests_received,
                 "updateRequests": bmc.update_requests_received,
+                "writeRequests": dict(bmc.writes_received),
             }
         return described
 
