@@ -28,8 +28,11 @@ Modelled on NVIDIA/gpu-operator v24.9.0 (the release the twin seeds):
   to ``paused-for-driver-upgrade`` so their pods leave, then restores them;
   the operands come back and wait for the driver (the validator is Ready
   only once the driver is loaded and the device plugin is up).
-- The upgrade controller runs ``upgrade_model.plan_upgrade`` on every
-  reconcile and applies its decisions through the store.
+- The upgrade controller is the one both operators share
+  (``upgrade_controller``, as both call k8s-operator-libs ``pkg/upgrade``):
+  this module gives it the driver DaemonSets and pods its selector picks
+  (``app``, ``openshift.driver-toolkit`` or, with NVIDIADriver, the
+  component label) and the ClusterPolicy's ``upgradePolicy``.
 
 Where the twin knowingly differs, and why:
 
@@ -51,12 +54,10 @@ DRA, and the per-CR upgrade policy of v26.7.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import json
 import logging
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ from ..machinery.kinds import Kinds
 from ..machinery.registry import ResourceType
 from ..machinery.selectors import label_selector_from_map
 from ..machinery.store import Store, WatchEvent
-from ..machinery.wake import Waker
+from ..machinery.wake import Waker, run_operator_loop
 from . import upgrade_apply
 from . import upgrade_model as um
 from .upgrade_controller import DriverUpgradeController, UpgradeStatus, latest_revision_hash
@@ -125,10 +126,6 @@ _NEEDS_PODS = frozenset(
     }
 )
 _RETRY_STATES = frozenset({um.STATE_POD_DELETION_REQUIRED, um.STATE_DRAIN_REQUIRED})
-# Real-time pacing of the operator's passes (see GpuOperator.run).
-_CHEAP_PASS_SECONDS = 0.005
-_PASS_SPACING_FACTOR = 2.0
-_MAX_PASS_SPACING_SECONDS = 2.0
 DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 
 
@@ -1026,20 +1023,7 @@ class GpuOperator:
     async def run(self, twin: Twin) -> None:
         # Our own listener (registered at construction) decides what wakes us and pokes the waker.
         self._waker = Waker(self.store, twin.clock, on_event=lambda event: False)
-        while True:
-            started = time.thread_time()
-            try:
-                self.reconcile_once()
-            except Exception:  # the real operator logs and requeues; one bad reconcile must not stop the twin
-                log.exception("gpu-operator reconcile failed")
-            spent = time.thread_time() - started
-            if spent > _CHEAP_PASS_SECONDS:
-                # A pass over thousands of nodes costs tens of milliseconds: let changes pile up
-                # (real time) so the operator takes a bounded share of the twin's single core.  The
-                # pass's cost is its CPU time: on a loaded machine its wall time grows, and pausing
-                # after it that much longer would let simulated time run on past the operator.
-                await asyncio.sleep(min(spent * _PASS_SPACING_FACTOR, _MAX_PASS_SPACING_SECONDS))
-            await self._waker.wait(self._next_wait())
+        await run_operator_loop(self._waker, self.reconcile_once, self._next_wait, log=log)
 
     def reconcile_once(self) -> None:
         """One pass of every controller: policy, driver manager, upgrade (each only when due).

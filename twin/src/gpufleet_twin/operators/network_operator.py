@@ -19,7 +19,8 @@ Modelled on Mellanox/network-operator 24.7 (``api/v1alpha1/nicclusterpolicy_type
   ``mofed_reload`` seconds (``NodeHealth.mofed_version``) and the network
   returns.  A version with no build for the node's kernel
   (``SimState.mofed_builds_for``) crash-loops and the network stays down.
-- With ``upgradePolicy.autoUpgrade`` the operator's upgrade controller runs the
+- With ``upgradePolicy.autoUpgrade`` the operator's upgrade controller (the one
+  the GPU Operator simulation uses too, ``upgrade_controller``) runs the
   shared library's state machine (``upgrade_model.plan_upgrade`` with the
   ``OFED_DRIVER`` flavor: label ``nvidia.com/ofed-driver-upgrade-state``,
   maxParallelUpgrades, drain with its podSelector and timeout, no pod-deletion
@@ -34,9 +35,7 @@ the spec but render nothing; ``safeLoad`` is not modelled.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from ..machinery import errors
 from ..machinery.kinds import Kinds
 from ..machinery.registry import ResourceType
 from ..machinery.store import Store, WatchEvent
-from ..machinery.wake import Waker
+from ..machinery.wake import Waker, run_operator_loop
 from . import upgrade_model as um
 from .upgrade_controller import DriverUpgradeController, UpgradeStatus
 
@@ -337,16 +336,9 @@ class NetworkOperator:
 
     async def run(self, twin: Twin) -> None:
         self._waker = Waker(self.store, twin.clock, on_event=lambda event: False)
-        while True:
-            started = time.thread_time()
-            try:
-                self.reconcile_once()
-            except Exception:  # the real operator logs and requeues
-                log.exception("network-operator reconcile failed")
-            spent = time.thread_time() - started
-            if spent > 0.005:
-                await asyncio.sleep(min(spent * 2.0, 2.0))
-            await self._waker.wait(max(0.0, self.upgrader.next_at - twin.clock.now()))
+        await run_operator_loop(
+            self._waker, self.reconcile_once, lambda: max(0.0, self.upgrader.next_at - twin.clock.now()), log=log
+        )
 
     def reconcile_once(self) -> None:
         now = self.twin.clock.now()
