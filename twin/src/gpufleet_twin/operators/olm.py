@@ -1,11 +1,11 @@
 """The smallest faithful Operator Lifecycle Manager, for the OLM packages the composition root gives it.
 
-What a GPU Operator upgrade on OpenShift goes through (operator-framework/api
+What an operator upgrade on OpenShift goes through (operator-framework/api
 ``operators/v1alpha1`` types, OLM's catalog and OLM operators):
 
 - a ``Subscription`` (``operators.coreos.com/v1alpha1``) names the package,
-  the catalog and a ``channel``; NVIDIA publishes one channel per release line
-  (``v24.9``, ``v25.3``...) plus ``stable``;
+  the catalog and a ``channel`` (NVIDIA publishes one per GPU Operator release
+  line, ``v24.9``, ``v25.3``..., plus ``stable``);
 - when the channel's head is not the installed CSV, OLM creates an
   ``InstallPlan`` for it (``spec.clusterServiceVersionNames``) and the
   Subscription goes ``UpgradePending`` with ``status.installPlanRef``; with
