@@ -116,7 +116,7 @@ VALIDATOR_APP = "nvidia-operator-validator"
 DRIVER_IN_USE = "Could not unload NVIDIA driver kernel modules, driver is in use"
 # Nodes whose next step depends on their driver pod (the upgrade controller looks again when it changes).
 _WAITING_ON_DRIVER_POD = frozenset({um.STATE_UNKNOWN, um.STATE_POD_RESTART_REQUIRED, um.STATE_FAILED})
-# States in which the upgrade controller looks at a node's other pods, and in which it retries refused evictions.
+# States in which the upgrade controller lists a node's other pods; then those in which it retries refused evictions.
 _NEEDS_PODS = frozenset(
     {
         um.STATE_WAIT_FOR_JOBS_REQUIRED,
