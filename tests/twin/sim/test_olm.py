@@ -1,7 +1,8 @@
 """The twin's OLM model (operators/olm.py): Subscription channel -> InstallPlan -> approval -> new CSV, operator image.
 
 In-process against the store with the core controllers and the GPU Operator
-simulation (which attaches OLM on the openshift profile), on a fast clock.
+simulation, OLM attached to it with its package (``gpu_operator_olm``) as the composition root does on the
+openshift profile, on a fast clock.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gpufleet_twin.machinery.kinds import Kinds
 from gpufleet_twin.machinery.registry import Registry, ResourceType
 from gpufleet_twin.machinery.store import Store
 from gpufleet_twin.operators import gpu_operator as gop
+from gpufleet_twin.operators import gpu_operator_olm as gpu_olm
 from gpufleet_twin.operators import olm
 
 Obj = dict[str, Any]
@@ -45,7 +47,7 @@ def make_twin(profile: str = "openshift") -> tuple[Twin, Kinds]:
     sim = SimState(clock=clock, profile=profile, started_at=clock.now())
     seed_cluster(twin, sim, SeedSpec(nodes=2, profile=profile, workloads=False))
     install_core(twin, sim)
-    gop.install(twin)
+    gpu_olm.attach(twin, gop.install(twin))  # as the composition root does (harness/build.py)
     return twin, Kinds.from_registry(registry)
 
 
@@ -75,14 +77,14 @@ async def until(check: Callable[[], bool], *, what: str, real_seconds: float = 1
 
 
 def subscription(twin: Twin) -> Obj:
-    return twin.store.get(kind(twin, "subscriptions"), NAMESPACE, olm.PACKAGE)
+    return twin.store.get(kind(twin, "subscriptions"), NAMESPACE, gpu_olm.PACKAGE)
 
 
 def set_channel(twin: Twin, channel: str) -> None:
     def change(sub: Obj) -> None:
         sub["spec"]["channel"] = channel
 
-    twin.store.mutate(kind(twin, "subscriptions"), NAMESPACE, olm.PACKAGE, change)
+    twin.store.mutate(kind(twin, "subscriptions"), NAMESPACE, gpu_olm.PACKAGE, change)
 
 
 def operator_image(twin: Twin, kinds: Kinds) -> str:
@@ -178,7 +180,7 @@ def test_automatic_approval_installs_the_channel_head() -> None:
             sub["spec"]["installPlanApproval"] = "Automatic"
             sub["spec"]["channel"] = "v25.10"
 
-        twin.store.mutate(kind(twin, "subscriptions"), NAMESPACE, olm.PACKAGE, automatic)
+        twin.store.mutate(kind(twin, "subscriptions"), NAMESPACE, gpu_olm.PACKAGE, automatic)
         await until(
             lambda: subscription(twin)["status"].get("installedCSV") == "gpu-operator-certified.v25.10.1",
             what="the head of v25.10 installed",
@@ -191,7 +193,7 @@ def test_automatic_approval_installs_the_channel_head() -> None:
 def packagemanifest(twin: Twin) -> Obj:
     rtype = twin.registry.get(olm.PACKAGES_GROUP, "packagemanifests")
     assert rtype is not None
-    return twin.store.get(rtype, olm.CATALOG_NAMESPACE, olm.PACKAGE)
+    return twin.store.get(rtype, olm.CATALOG_NAMESPACE, gpu_olm.PACKAGE)
 
 
 def entries(manifest: Obj, channel: str) -> list[str]:
@@ -217,7 +219,7 @@ def test_the_catalog_is_served_as_a_packagemanifest_and_the_operator_deployment_
     run(twin, lambda: asyncio.sleep(0.05))
     manifest = packagemanifest(twin)
     assert manifest["metadata"]["labels"]["catalog"] == "certified-operators"
-    assert manifest["status"]["packageName"] == olm.PACKAGE
+    assert manifest["status"]["packageName"] == gpu_olm.PACKAGE
     assert entries(manifest, "stable")[0] == "gpu-operator-certified.v26.3.0"  # newest first, as the server lists
     assert "gpu-operator-certified.v24.9.0" in entries(manifest, "v24.9")
     deployment = twin.store.get(kinds.deployment, NAMESPACE, "gpu-operator")
@@ -248,7 +250,7 @@ def test_reinstall_of_the_older_version_after_uninstall_keeps_the_clusterpolicy(
         assert operator_image(twin, kinds).endswith(":v25.3.0")
         policy_uid = twin.store.list(policies)[0]["metadata"]["uid"]
 
-        twin.store.delete(subs, NAMESPACE, olm.PACKAGE)
+        twin.store.delete(subs, NAMESPACE, gpu_olm.PACKAGE)
         twin.store.delete(csvs, NAMESPACE, new)
         await until(
             lambda: twin.store.try_get(kinds.deployment, NAMESPACE, "gpu-operator") is None,
@@ -261,12 +263,12 @@ def test_reinstall_of_the_older_version_after_uninstall_keeps_the_clusterpolicy(
             {
                 "apiVersion": olm.API_VERSION,
                 "kind": "Subscription",
-                "metadata": {"name": olm.PACKAGE, "namespace": NAMESPACE},
+                "metadata": {"name": gpu_olm.PACKAGE, "namespace": NAMESPACE},
                 "spec": {
                     "channel": "stable",  # its head (26.3.0) is newer: only the startingCSV is planned first
                     "installPlanApproval": "Manual",
-                    "name": olm.PACKAGE,
-                    "source": olm.CATALOG_SOURCE,
+                    "name": gpu_olm.PACKAGE,
+                    "source": gpu_olm.CATALOG_SOURCE,
                     "sourceNamespace": olm.CATALOG_NAMESPACE,
                     "startingCSV": old,
                 },
@@ -300,7 +302,7 @@ def test_reinstall_of_the_older_version_after_uninstall_keeps_the_clusterpolicy(
 
 def test_a_starting_csv_the_catalog_no_longer_carries_fails_resolution() -> None:
     twin, _kinds = make_twin()
-    twin.sim.olm_pruned_bundles.add((olm.PACKAGE, "24.9.0"))  # what the fault olm_bundle_pruned does
+    twin.sim.olm_pruned_bundles.add((gpu_olm.PACKAGE, "24.9.0"))  # what the fault olm_bundle_pruned does
     subs = kind(twin, "subscriptions")
 
     async def scenario() -> None:
@@ -309,18 +311,18 @@ def test_a_starting_csv_the_catalog_no_longer_carries_fails_resolution() -> None
             what="the PackageManifest without the pruned bundle",
         )
         assert "v24.9" not in {c["name"] for c in packagemanifest(twin)["status"]["channels"]}
-        twin.store.delete(subs, NAMESPACE, olm.PACKAGE)
+        twin.store.delete(subs, NAMESPACE, gpu_olm.PACKAGE)
         twin.store.create(
             subs,
             {
                 "apiVersion": olm.API_VERSION,
                 "kind": "Subscription",
-                "metadata": {"name": olm.PACKAGE, "namespace": NAMESPACE},
+                "metadata": {"name": gpu_olm.PACKAGE, "namespace": NAMESPACE},
                 "spec": {
                     "channel": "stable",
                     "installPlanApproval": "Manual",
-                    "name": olm.PACKAGE,
-                    "source": olm.CATALOG_SOURCE,
+                    "name": gpu_olm.PACKAGE,
+                    "source": gpu_olm.CATALOG_SOURCE,
                     "sourceNamespace": olm.CATALOG_NAMESPACE,
                     "startingCSV": "gpu-operator-certified.v24.9.0",
                 },

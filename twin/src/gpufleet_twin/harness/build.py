@@ -47,7 +47,16 @@ from ..kube.workloads import (
     ReplicaSetController,
 )
 from ..machinery.kinds import Kinds
-from ..operators import argocd, dcgm_exporter, gpu_operator, network_operator, openshift, sriov
+from ..operators import (
+    argocd,
+    dcgm_exporter,
+    gpu_operator,
+    gpu_operator_olm,
+    network_operator,
+    openshift,
+    sriov,
+    sriov_olm,
+)
 from .faults import FaultInjector
 from .recorder import Recorder
 from .scenario import Scenario, load_scenario
@@ -147,7 +156,7 @@ def install_core(
 
 # API groups a plain Kubernetes cluster does not serve: OpenShift's platform APIs, and OLM's, which the
 # kubernetes profile does not run (the GPU and Network Operators are Helm releases there, see
-# ``olm.attach``; OLM can be added to a plain cluster, but this one models clusters without it).
+# ``gpu_operator_olm.attach``; OLM can be added to a plain cluster, but this one models clusters without it).
 OPENSHIFT_ONLY_GROUPS = frozenset(
     {"config.openshift.io", "machineconfiguration.openshift.io", "image.openshift.io", "operators.coreos.com"}
 )
@@ -255,12 +264,15 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
         }
     )
     # The operators after the node basics, in the order a cluster runs them:
-    # the GPU Operator (and OLM), the Network Operator, SR-IOV, then the
-    # OpenShift machine-config and cluster-version operators.
-    gpu_operator.install(twin)
+    # the GPU Operator (and OLM for it on OpenShift), the Network Operator, SR-IOV, then the
+    # OpenShift machine-config and cluster-version operators, and OLM for OpenShift's SR-IOV operator.
+    gpu_operator_olm.attach(twin, gpu_operator.install(twin))
     network_operator.install(twin)
     sriov.install(twin)
-    openshift.install(twin)
+    platform = openshift.install(twin)
+    if platform is not None and platform.pool_type is not None and platform.cv_type is not None:
+        # OpenShift's own SR-IOV Network Operator is an OLM operator (redhat-operators, channel stable).
+        sriov_olm.attach(twin)
     # Check pods (nvidia-smi, ibstat, dcgmi diag, PyTorch smoke tests) run to completion.
     install_validation_pods(twin)
     # Each GPU node's dcgm-exporter /metrics, for a Prometheus scraping the twin.

@@ -28,8 +28,11 @@ Modelled on NVIDIA/gpu-operator v24.9.0 (the release the twin seeds):
   to ``paused-for-driver-upgrade`` so their pods leave, then restores them;
   the operands come back and wait for the driver (the validator is Ready
   only once the driver is loaded and the device plugin is up).
-- The upgrade controller runs ``upgrade_model.plan_upgrade`` on every
-  reconcile and applies its decisions through the store.
+- The upgrade controller is the one both operators share
+  (``upgrade_controller``, as both call k8s-operator-libs ``pkg/upgrade``):
+  this module gives it the driver DaemonSets and pods its selector picks
+  (``app``, ``openshift.driver-toolkit`` or, with NVIDIADriver, the
+  component label) and the ClusterPolicy's ``upgradePolicy``.
 
 Where the twin knowingly differs, and why:
 
@@ -51,15 +54,13 @@ DRA, and the per-CR upgrade policy of v26.7.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import json
 import logging
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -76,9 +77,10 @@ from ..machinery.kinds import Kinds
 from ..machinery.registry import ResourceType
 from ..machinery.selectors import label_selector_from_map
 from ..machinery.store import Store, WatchEvent
-from ..machinery.wake import Waker
-from . import olm, upgrade_apply
+from ..machinery.wake import Waker, run_operator_loop
+from . import upgrade_apply
 from . import upgrade_model as um
+from .upgrade_controller import DriverUpgradeController, UpgradeStatus, latest_revision_hash
 
 if TYPE_CHECKING:
     from ..apiserver.cluster import Twin
@@ -114,10 +116,16 @@ VALIDATOR_APP = "nvidia-operator-validator"
 DRIVER_IN_USE = "Could not unload NVIDIA driver kernel modules, driver is in use"
 # Nodes whose next step depends on their driver pod (the upgrade controller looks again when it changes).
 _WAITING_ON_DRIVER_POD = frozenset({um.STATE_UNKNOWN, um.STATE_POD_RESTART_REQUIRED, um.STATE_FAILED})
-# Real-time pacing of the operator's passes (see GpuOperator.run).
-_CHEAP_PASS_SECONDS = 0.005
-_PASS_SPACING_FACTOR = 2.0
-_MAX_PASS_SPACING_SECONDS = 2.0
+# States in which the upgrade controller lists a node's other pods; then those in which it retries refused evictions.
+_NEEDS_PODS = frozenset(
+    {
+        um.STATE_WAIT_FOR_JOBS_REQUIRED,
+        um.STATE_POD_DELETION_REQUIRED,
+        um.STATE_DRAIN_REQUIRED,
+        um.STATE_VALIDATION_REQUIRED,
+    }
+)
+_RETRY_STATES = frozenset({um.STATE_POD_DELETION_REQUIRED, um.STATE_DRAIN_REQUIRED})
 DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 
 
@@ -897,18 +905,6 @@ class _CustomKinds:
         )
 
 
-@dataclass
-class UpgradeStatus:
-    """What the last upgrade reconcile saw (the operator's gpu_operator_nodes_upgrades_* metrics)."""
-
-    auto_upgrade: bool = True
-    counts: um.UpgradeCounts | None = None
-    blocked_reason: str = ""
-    reconciled_at: float | None = None
-    reconciles: int = 0
-    node_states: dict[str, str] = field(default_factory=dict)
-
-
 class GpuOperator:
     """The operator's controllers in one simulated process: ClusterPolicy, NVIDIADriver, upgrade, driver manager."""
 
@@ -934,15 +930,21 @@ class GpuOperator:
         self.profile = self.sim.profile if self.sim.profile in NAMESPACE_BY_PROFILE else "kubernetes"
         self.namespace = NAMESPACE_BY_PROFILE[self.profile]
         self.index = index or getattr(self.sim, "index", None) or ClusterIndex(self.store, self.kinds)
-        self.upgrade = UpgradeStatus()
         # In-memory facts the real operator keeps in goroutines and caches.
-        self.applier = upgrade_apply.UpgradeApplier(
+        self.upgrader = DriverUpgradeController(
             store=self.store,
             kinds=self.kinds,
+            index=self.index,
             flavor=um.GPU_DRIVER,
             component=OPERATOR_COMPONENT,
             events=lambda: self.sim.events,
+            pod_noun="driver",
+            needs_pods=_NEEDS_PODS,
+            retry_states=_RETRY_STATES,
+            requeue=self.timings.upgrade_requeue,
+            eviction_retry=self.timings.eviction_retry,
         )
+        self.applier = self.upgrader.applier
         self._driver_eta: dict[str, tuple[str, float | None]] = {}  # node -> (pod uid, ready at / None = never)
         self._loaded_by: dict[str, str] = {}  # node -> uid of the driver pod whose module is loaded
         self._pauses: dict[str, _Pause] = {}
@@ -950,7 +952,6 @@ class GpuOperator:
         self._new_driver_pods: set[tuple[str, str]] = set()
         self._policy_dirty = True
         self._upgrade_dirty = True
-        self._next_upgrade_at = 0.0
         self._waker: Waker | None = None
         self._custom_keys = frozenset(
             t.key for t in (self.custom.cluster_policy, self.custom.nvidia_driver) if t is not None
@@ -970,7 +971,6 @@ class GpuOperator:
         self.seed()
         self.twin.controllers.append(self)
         self.twin.routes.extend(self.routes())
-        olm.attach(self)  # Subscription/InstallPlan model of the operator's own upgrade (operators/olm.py)
         self.twin.published["gpu_operator"] = {
             "namespace": self.namespace,
             "cluster_policy": CLUSTER_POLICY_NAME,
@@ -1023,20 +1023,7 @@ class GpuOperator:
     async def run(self, twin: Twin) -> None:
         # Our own listener (registered at construction) decides what wakes us and pokes the waker.
         self._waker = Waker(self.store, twin.clock, on_event=lambda event: False)
-        while True:
-            started = time.thread_time()
-            try:
-                self.reconcile_once()
-            except Exception:  # the real operator logs and requeues; one bad reconcile must not stop the twin
-                log.exception("gpu-operator reconcile failed")
-            spent = time.thread_time() - started
-            if spent > _CHEAP_PASS_SECONDS:
-                # A pass over thousands of nodes costs tens of milliseconds: let changes pile up
-                # (real time) so the operator takes a bounded share of the twin's single core.  The
-                # pass's cost is its CPU time: on a loaded machine its wall time grows, and pausing
-                # after it that much longer would let simulated time run on past the operator.
-                await asyncio.sleep(min(spent * _PASS_SPACING_FACTOR, _MAX_PASS_SPACING_SECONDS))
-            await self._waker.wait(self._next_wait())
+        await run_operator_loop(self._waker, self.reconcile_once, self._next_wait, log=log)
 
     def reconcile_once(self) -> None:
         """One pass of every controller: policy, driver manager, upgrade (each only when due).
@@ -1050,7 +1037,7 @@ class GpuOperator:
             self._policy_dirty = False
             self.reconcile_policies()
         self._step_driver_manager(now)
-        if running and (self._upgrade_dirty or now >= self._next_upgrade_at):
+        if running and (self._upgrade_dirty or now >= self.upgrader.next_at):
             self._upgrade_dirty = False
             self.reconcile_upgrade(now)
 
@@ -1059,7 +1046,7 @@ class GpuOperator:
         if self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT) is None:
             # No operator to requeue: its Deployment's return wakes us (and the driver manager's pauses).
             return self.timings.eviction_retry if self._pauses else None
-        wait = max(0.0, self._next_upgrade_at - now)
+        wait = max(0.0, self.upgrader.next_at - now)
         if self._pauses:
             wait = min(wait, self.timings.eviction_retry)
         return wait
@@ -1365,7 +1352,9 @@ class GpuOperator:
         if daemonset is None:
             return False
         return daemonset_ready(
-            daemonset, self.index.pods_of(daemonset["metadata"]["uid"]), self._latest_revision_hash(daemonset)
+            daemonset,
+            self.index.pods_of(daemonset["metadata"]["uid"]),
+            latest_revision_hash(self.store, self.kinds, daemonset),
         )
 
     def _update_policy_status(self, policy: Obj, desired: list[Obj]) -> None:
@@ -1691,6 +1680,11 @@ class GpuOperator:
         self._mutate_node(node_name, restore)
 
     # -- the upgrade controller --------------------------------------------------------------------------------
+    @property
+    def upgrade(self) -> UpgradeStatus:
+        """What the last upgrade reconcile saw (the metrics read it)."""
+        return self.upgrader.status
+
     def _driver_selector(self, policy: Obj) -> dict[str, str]:
         """upgrade_controller.go: which label finds the driver DaemonSets and pods."""
         if _policy_section(policy, "driver").get("useNvidiaDriverCRD"):
@@ -1700,160 +1694,33 @@ class GpuOperator:
         return {"app": DRIVER_APP}
 
     def reconcile_upgrade(self, now: float) -> None:
-        self._next_upgrade_at = now + self.timings.upgrade_requeue
+        """The driver upgrade controller's reconcile (``upgrade_controller``, the library both operators share)."""
         policy_obj = self.active_policy()
         if policy_obj is None:
+            self.upgrader.next_at = now + self.timings.upgrade_requeue
             return
-        driver_section = _policy_section(policy_obj, "driver")
-        policy = um.UpgradePolicy.from_spec(driver_section.get("upgradePolicy"))
+        policy = um.UpgradePolicy.from_spec(_policy_section(policy_obj, "driver").get("upgradePolicy"))
         if _policy_section(policy_obj, "sandboxWorkloads").get("enabled"):
             policy = um.UpgradePolicy(auto_upgrade=False)
-        if not policy.auto_upgrade:
-            self._reset_state_labels()
-            self.upgrade = UpgradeStatus(
-                auto_upgrade=False,
-                blocked_reason="driver auto upgrade is disabled",
-                reconciled_at=now,
-                reconciles=self.upgrade.reconciles + 1,
-            )
-            return
-        snapshot, unbound = self.build_snapshot(policy_obj, now=now)
-        if unbound:
-            # Twin deviation: BuildState skips an unbound driver pod, so its node would count as idle and
-            # its upgrade slot would go to another node.  A real scheduler binds within milliseconds and the
-            # upstream controller rarely looks in between; the twin waits for the binding instead of racing.
-            self.upgrade = UpgradeStatus(
-                blocked_reason=f"driver pod {unbound[0]} is not bound to a node yet",
-                reconciled_at=now,
-                reconciles=self.upgrade.reconciles + 1,
-            )
-            self._next_upgrade_at = now + 1.0
-            return
-        try:
-            plan = um.plan_upgrade(snapshot, policy=policy)
-        except ValueError as exc:
-            # e.g. maxUnavailable "1": the real controller fails the reconcile and retries.
-            self.upgrade = UpgradeStatus(
-                blocked_reason=str(exc), reconciled_at=now, reconciles=self.upgrade.reconciles + 1
-            )
-            return
-        self.upgrade = UpgradeStatus(
-            counts=plan.counts,
-            blocked_reason=plan.blocked_reason,
-            reconciled_at=now,
-            reconciles=self.upgrade.reconciles + 1,
-            node_states={n.name: n.state(um.GPU_DRIVER) for n in snapshot.nodes},
-        )
         # The recorder derives the budget in force from the same upgradePolicy while nodes are in
         # rollout states, so nothing is declared here (an explicit admin budget must not be clobbered).
-        self.apply_plan(plan, snapshot)
-        if any(
-            n.state(um.GPU_DRIVER) in (um.STATE_POD_DELETION_REQUIRED, um.STATE_DRAIN_REQUIRED) for n in snapshot.nodes
-        ):
-            # Refused evictions are retried like the drain helper does.
-            self._next_upgrade_at = min(self._next_upgrade_at, now + self.timings.eviction_retry)
+        self.upgrader.reconcile(now, policy, lambda: self.driver_objects(policy_obj))
 
-    def build_snapshot(self, policy_obj: Obj, *, now: float) -> tuple[um.ClusterSnapshot, list[str]]:
-        """BuildState: driver DaemonSets, their pods, and the nodes hosting them (plus the unbound pods)."""
+    def driver_objects(self, policy_obj: Obj) -> tuple[list[Obj], list[Obj]]:
+        """The driver DaemonSets and driver pods of the operator namespace that the upgrade controller selects."""
         selector = label_selector_from_map(self._driver_selector(policy_obj))
         daemonsets = [
             ds
             for ds in self.store.list(self.kinds.daemonset, self.namespace)
             if selector.matches(ds["metadata"].get("labels") or {})
         ]
-        by_uid = {ds["metadata"]["uid"]: ds for ds in daemonsets}
-        latest = {ds["metadata"]["uid"]: self._latest_revision_hash(ds) for ds in daemonsets}
         pods = [
             pod
             for key in sorted(self._driver_pod_keys)
             if (pod := self.store.try_get(self.kinds.pod, key[0], key[1])) is not None
             and selector.matches(pod["metadata"].get("labels") or {})
         ]
-        owned: Counter[str] = Counter()
-        chosen: list[Obj] = []
-        for pod in pods:
-            refs = pod["metadata"].get("ownerReferences") or []
-            if not refs:
-                chosen.append(pod)  # orphaned driver pod
-            elif refs[0].get("uid") in by_uid:
-                owned[refs[0]["uid"]] += 1
-                chosen.append(pod)
-        ds_snapshots = tuple(
-            um.DriverDaemonSet(
-                name=ds["metadata"]["name"],
-                desired_number_scheduled=int((ds.get("status") or {}).get("desiredNumberScheduled") or 0),
-                owned_pods=owned[ds["metadata"]["uid"]],
-                latest_revision_hash=latest[ds["metadata"]["uid"]],
-            )
-            for ds in daemonsets
-        )
-        needs_pods = {
-            um.STATE_WAIT_FOR_JOBS_REQUIRED,
-            um.STATE_POD_DELETION_REQUIRED,
-            um.STATE_DRAIN_REQUIRED,
-            um.STATE_VALIDATION_REQUIRED,
-        }
-        nodes: list[um.NodeSnapshot] = []
-        unbound: list[str] = []
-        for pod in chosen:
-            node_name = (pod.get("spec") or {}).get("nodeName")
-            if not node_name:
-                stamp = pod["metadata"].get("creationTimestamp")
-                if stamp and now - podutil.parse_time(stamp) < um.UNBOUND_GRACE_SECONDS:
-                    unbound.append(pod["metadata"]["name"])
-                continue  # "Driver Pod has no NodeName, skipping"
-            node = self.index.nodes.get(node_name) or self.store.try_get(self.kinds.node, None, node_name)
-            if node is None:
-                continue
-            refs = pod["metadata"].get("ownerReferences") or []
-            owner = by_uid.get(refs[0]["uid"]) if refs else None
-            labels = node["metadata"].get("labels") or {}
-            state = labels.get(um.GPU_DRIVER.state_label, "")
-            node_pods: tuple[um.NodePod, ...] = ()
-            if state in needs_pods:
-                node_pods = tuple(
-                    upgrade_apply.node_pod(p)
-                    for p in self.index.pods_on(node_name)
-                    if p["metadata"].get("uid") != pod["metadata"].get("uid")
-                )
-            nodes.append(
-                um.NodeSnapshot(
-                    name=node_name,
-                    driver_pod=upgrade_apply.driver_pod_snapshot(pod, owner),
-                    labels=labels,
-                    annotations=node["metadata"].get("annotations") or {},
-                    unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-                    ready=upgrade_apply.node_condition_ready(node),
-                    pods=node_pods,
-                    eviction_started_at=self.applier.eviction_started_at(node_name, state),
-                )
-            )
-        nodes.sort(key=lambda n: n.name)
-        return um.ClusterSnapshot(now=now, nodes=tuple(nodes), daemonsets=ds_snapshots), unbound
-
-    def apply_plan(self, plan: um.UpgradePlan, snapshot: um.ClusterSnapshot) -> None:
-        """Carry out the decisions as the library's managers do (``upgrade_apply``, shared with the OFED flavor)."""
-        self.applier.apply_plan(plan, snapshot)
-
-    def _reset_state_labels(self) -> None:
-        """removeNodeUpgradeStateLabels: with auto upgrade off the controller forgets every node's state."""
-        self.applier.reset_state_labels(
-            {name: (node["metadata"].get("labels") or {}) for name, node in self.index.nodes.items()}
-        )
-
-    def _latest_revision_hash(self, daemonset: Obj) -> str | None:
-        """GetDaemonsetControllerRevisionHash: the newest ControllerRevision named after the DaemonSet."""
-        name = daemonset["metadata"]["name"]
-        selector = label_selector_from_map((daemonset.get("spec") or {}).get("selector", {}).get("matchLabels") or {})
-        best: tuple[int, str] | None = None
-        for revision in self.store.list(self.kinds.controllerrevision, self.namespace):
-            rev_name = revision["metadata"]["name"]
-            if not rev_name.startswith(name) or not selector.matches(revision["metadata"].get("labels") or {}):
-                continue
-            number = int(revision.get("revision") or 0)
-            if best is None or number > best[0]:
-                best = (number, rev_name.removeprefix(f"{name}-"))
-        return best[1] if best else None
+        return daemonsets, pods
 
     # -- writes -----------------------------------------------------------------------------------------------
     def _mutate_node(self, name: str, change: Any, *, strict: bool = False) -> None:
@@ -1930,6 +1797,10 @@ def _merge_conditions(current: list[Obj], desired: list[Obj]) -> list[Obj]:
     return merged
 
 
-def install(twin: Twin) -> None:
-    """Entry point for ``sim.build.populate``: seed the operator's objects and start its controllers."""
-    GpuOperator(twin).install()
+def install(twin: Twin) -> GpuOperator:
+    """Entry point for ``sim.build.populate``: seed the operator's objects and start its controllers.
+
+    On OpenShift the operator is an OLM package: the composition root attaches OLM (``gpu_operator_olm``)."""
+    operator = GpuOperator(twin)
+    operator.install()
+    return operator

@@ -19,7 +19,8 @@ Modelled on Mellanox/network-operator 24.7 (``api/v1alpha1/nicclusterpolicy_type
   ``mofed_reload`` seconds (``NodeHealth.mofed_version``) and the network
   returns.  A version with no build for the node's kernel
   (``SimState.mofed_builds_for``) crash-loops and the network stays down.
-- With ``upgradePolicy.autoUpgrade`` the operator's upgrade controller runs the
+- With ``upgradePolicy.autoUpgrade`` the operator's upgrade controller (the one
+  the GPU Operator simulation uses too, ``upgrade_controller``) runs the
   shared library's state machine (``upgrade_model.plan_upgrade`` with the
   ``OFED_DRIVER`` flavor: label ``nvidia.com/ofed-driver-upgrade-state``,
   maxParallelUpgrades, drain with its podSelector and timeout, no pod-deletion
@@ -34,12 +35,10 @@ the spec but render nothing; ``safeLoad`` is not modelled.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..kube import nodelabels, podutil
@@ -48,11 +47,10 @@ from ..kube.state import NodeHealth, PodPlan, SimState
 from ..machinery import errors
 from ..machinery.kinds import Kinds
 from ..machinery.registry import ResourceType
-from ..machinery.selectors import label_selector_from_map
 from ..machinery.store import Store, WatchEvent
-from ..machinery.wake import Waker
-from . import upgrade_apply
+from ..machinery.wake import Waker, run_operator_loop
 from . import upgrade_model as um
+from .upgrade_controller import DriverUpgradeController, UpgradeStatus
 
 if TYPE_CHECKING:
     from ..apiserver.cluster import Twin
@@ -240,15 +238,6 @@ def render_mofed_daemonsets(policy: Obj, *, node_labels: Mapping[str, Mapping[st
 
 
 # -- the operator ---------------------------------------------------------------------------------------
-@dataclass
-class OfedUpgradeStatus:
-    auto_upgrade: bool = False
-    counts: um.UpgradeCounts | None = None
-    blocked_reason: str = ""
-    reconciles: int = 0
-    node_states: dict[str, str] = field(default_factory=dict)
-
-
 class NetworkOperator:
     """NicClusterPolicy controller, MOFED driver behaviour and OFED upgrade controller in one process."""
 
@@ -273,18 +262,24 @@ class NetworkOperator:
         self.timings = timings or NetworkOperatorTimings()
         self.openshift = self.sim.profile == "openshift"
         self.index = getattr(self.sim, "index", None) or ClusterIndex(self.store, self.kinds)
-        self.upgrade = OfedUpgradeStatus()
         self._loaded_by: dict[str, str] = {}  # node -> uid of the MOFED pod whose driver is loaded
-        self.applier = upgrade_apply.UpgradeApplier(
+        self.upgrader = DriverUpgradeController(
             store=self.store,
             kinds=self.kinds,
+            index=self.index,
             flavor=FLAVOR,
             component=OPERATOR_COMPONENT,
             events=lambda: self.sim.events,
+            pod_noun="MOFED",
+            needs_pods=_NEEDS_PODS,
+            retry_states=_NEEDS_PODS,
+            requeue=self.timings.upgrade_requeue,
+            eviction_retry=self.timings.eviction_retry,
+            auto_upgrade=False,
         )
+        self.applier = self.upgrader.applier
         self._policy_dirty = True
         self._upgrade_dirty = True
-        self._next_upgrade_at = 0.0
         self._waker: Waker | None = None
 
     # -- wiring -------------------------------------------------------------------------------------------
@@ -341,23 +336,16 @@ class NetworkOperator:
 
     async def run(self, twin: Twin) -> None:
         self._waker = Waker(self.store, twin.clock, on_event=lambda event: False)
-        while True:
-            started = time.thread_time()
-            try:
-                self.reconcile_once()
-            except Exception:  # the real operator logs and requeues
-                log.exception("network-operator reconcile failed")
-            spent = time.thread_time() - started
-            if spent > 0.005:
-                await asyncio.sleep(min(spent * 2.0, 2.0))
-            await self._waker.wait(max(0.0, self._next_upgrade_at - twin.clock.now()))
+        await run_operator_loop(
+            self._waker, self.reconcile_once, lambda: max(0.0, self.upgrader.next_at - twin.clock.now()), log=log
+        )
 
     def reconcile_once(self) -> None:
         now = self.twin.clock.now()
         if self._policy_dirty:
             self._policy_dirty = False
             self.reconcile_policy()
-        if self._upgrade_dirty or now >= self._next_upgrade_at:
+        if self._upgrade_dirty or now >= self.upgrader.next_at:
             self._upgrade_dirty = False
             self.reconcile_upgrade(now)
 
@@ -456,114 +444,29 @@ class NetworkOperator:
         return self.timings.mofed_reload_openshift if self.openshift else self.timings.mofed_reload
 
     # -- upgrade controller ------------------------------------------------------------------------------------
+    @property
+    def upgrade(self) -> UpgradeStatus:
+        return self.upgrader.status
+
     def reconcile_upgrade(self, now: float) -> None:
-        self._next_upgrade_at = now + self.timings.upgrade_requeue
+        """The OFED upgrade controller's reconcile (``upgrade_controller``, the library both operators share)."""
         policy_obj = self.active_policy()
         if policy_obj is None:
+            self.upgrader.next_at = now + self.timings.upgrade_requeue
             return
         ofed = (policy_obj.get("spec") or {}).get("ofedDriver") or {}
         policy = um.UpgradePolicy.from_spec(ofed.get("upgradePolicy"), flavor=FLAVOR)
-        reconciles = self.upgrade.reconciles + 1
-        if not policy.auto_upgrade:
-            self.applier.reset_state_labels(
-                {name: (node["metadata"].get("labels") or {}) for name, node in self.index.nodes.items()}
-            )
-            self.upgrade = OfedUpgradeStatus(blocked_reason="OFED auto upgrade is disabled", reconciles=reconciles)
-            return
-        snapshot, unbound = self.build_snapshot(now=now)
-        if unbound:
-            # As the GPU Operator simulation: BuildState skips an unbound driver pod, so its node would look
-            # idle and its slot would go to another node; a real scheduler binds within milliseconds.
-            self.upgrade = OfedUpgradeStatus(
-                auto_upgrade=True, blocked_reason=f"MOFED pod {unbound[0]} is not bound yet", reconciles=reconciles
-            )
-            self._next_upgrade_at = now + 1.0
-            return
-        plan = um.plan_upgrade(snapshot, policy=policy, flavor=FLAVOR)
-        self.upgrade = OfedUpgradeStatus(
-            auto_upgrade=True,
-            counts=plan.counts,
-            blocked_reason=plan.blocked_reason,
-            reconciles=reconciles,
-            node_states={n.name: n.state(FLAVOR) for n in snapshot.nodes},
-        )
-        self.applier.apply_plan(plan, snapshot)
-        if any(n.state(FLAVOR) in _NEEDS_PODS for n in snapshot.nodes):
-            self._next_upgrade_at = min(self._next_upgrade_at, now + self.timings.eviction_retry)
+        self.upgrader.reconcile(now, policy, self.driver_objects)
 
-    def build_snapshot(self, *, now: float) -> tuple[um.ClusterSnapshot, list[str]]:
-        """BuildState over the MOFED DaemonSets and pods; also the names of pods not bound yet."""
+    def driver_objects(self) -> tuple[list[Obj], list[Obj]]:
+        """The MOFED DaemonSets (``state-OFED``) and the MOFED pods of the operator namespace."""
         daemonsets = [
             ds
             for ds in self.store.list(self.kinds.daemonset, NAMESPACE)
             if (ds["metadata"].get("labels") or {}).get("nvidia.network-operator.state") == "state-OFED"
         ]
-        by_uid = {ds["metadata"]["uid"]: ds for ds in daemonsets}
         pods = self.store.list(self.kinds.pod, NAMESPACE, lambda p: OFED_LABEL in (p["metadata"].get("labels") or {}))
-        owned: Counter[str] = Counter()
-        nodes: list[um.NodeSnapshot] = []
-        unbound: list[str] = []
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-            refs = pod["metadata"].get("ownerReferences") or []
-            owner = by_uid.get(refs[0].get("uid")) if refs else None
-            if refs and owner is None:
-                continue
-            if owner is not None:
-                owned[owner["metadata"]["uid"]] += 1
-            node_name = (pod.get("spec") or {}).get("nodeName")
-            if not node_name:
-                stamp = pod["metadata"].get("creationTimestamp")
-                if stamp and now - podutil.parse_time(stamp) < um.UNBOUND_GRACE_SECONDS:
-                    unbound.append(pod["metadata"]["name"])
-                continue
-            node = self.index.nodes.get(node_name)
-            if node is None:
-                continue
-            labels = node["metadata"].get("labels") or {}
-            state = labels.get(STATE_LABEL, "")
-            node_pods: tuple[um.NodePod, ...] = ()
-            if state in _NEEDS_PODS:
-                node_pods = tuple(
-                    upgrade_apply.node_pod(p)
-                    for p in self.index.pods_on(node_name)
-                    if p["metadata"].get("uid") != pod["metadata"].get("uid")
-                )
-            nodes.append(
-                um.NodeSnapshot(
-                    name=node_name,
-                    driver_pod=upgrade_apply.driver_pod_snapshot(pod, owner),
-                    labels=labels,
-                    annotations=node["metadata"].get("annotations") or {},
-                    unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-                    ready=upgrade_apply.node_condition_ready(node),
-                    pods=node_pods,
-                    eviction_started_at=self.applier.eviction_started_at(node_name, state),
-                )
-            )
-        ds_snapshots = tuple(
-            um.DriverDaemonSet(
-                name=ds["metadata"]["name"],
-                desired_number_scheduled=int((ds.get("status") or {}).get("desiredNumberScheduled") or 0),
-                owned_pods=owned[ds["metadata"]["uid"]],
-                latest_revision_hash=self._latest_revision_hash(ds),
-            )
-            for ds in daemonsets
-        )
-        nodes.sort(key=lambda n: n.name)
-        return um.ClusterSnapshot(now=now, nodes=tuple(nodes), daemonsets=ds_snapshots), unbound
-
-    def _latest_revision_hash(self, daemonset: Obj) -> str | None:
-        name = daemonset["metadata"]["name"]
-        selector = label_selector_from_map((daemonset.get("spec") or {}).get("selector", {}).get("matchLabels") or {})
-        best: tuple[int, str] | None = None
-        for revision in self.store.list(self.kinds.controllerrevision, NAMESPACE):
-            rev_name = revision["metadata"]["name"]
-            if not rev_name.startswith(f"{name}-") or not selector.matches(revision["metadata"].get("labels") or {}):
-                continue
-            number = int(revision.get("revision") or 0)
-            if best is None or number > best[0]:
-                best = (number, rev_name.removeprefix(f"{name}-"))
-        return best[1] if best else None
+        return daemonsets, sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
 def mofed_version_of_pod(pod: Obj) -> str:

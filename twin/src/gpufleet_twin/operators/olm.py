@@ -1,11 +1,11 @@
-"""The smallest faithful Operator Lifecycle Manager for the GPU Operator on the openshift profile.
+"""The smallest faithful Operator Lifecycle Manager, for the OLM packages the composition root gives it.
 
-What a GPU Operator upgrade on OpenShift goes through (operator-framework/api
+What an operator upgrade on OpenShift goes through (operator-framework/api
 ``operators/v1alpha1`` types, OLM's catalog and OLM operators):
 
 - a ``Subscription`` (``operators.coreos.com/v1alpha1``) names the package,
-  the catalog and a ``channel``; NVIDIA publishes one channel per release line
-  (``v24.9``, ``v25.3``...) plus ``stable``;
+  the catalog and a ``channel`` (NVIDIA publishes one per GPU Operator release
+  line, ``v24.9``, ``v25.3``..., plus ``stable``);
 - when the channel's head is not the installed CSV, OLM creates an
   ``InstallPlan`` for it (``spec.clusterServiceVersionNames``) and the
   Subscription goes ``UpgradePending`` with ``status.installPlanRef``; with
@@ -37,18 +37,11 @@ What a GPU Operator upgrade on OpenShift goes through (operator-framework/api
   ``olm_bundle_pruned`` {version, package?} takes a bundle out of the catalog
   (a catalog update that pruned it) until it ends.
 
-The catalog is a fixed snapshot (``CATALOG``) in which the channels end at
-the versions the project's example matrix uses (``v24.9`` at 24.9.0, ``v25.3``
-at 25.3.0); the twin's Subscription starts on ``v24.9`` with Manual approval.
-Only the InstallPlan the Subscription references installs (approving a plan
-a later channel change superseded does nothing, as in OLM).
-
-The same model manages OpenShift's SR-IOV Network Operator on the openshift profile
-(``SRIOV_PACKAGE``: package ``sriov-network-operator`` from ``redhat-operators``, channel
-``stable``).  Red Hat's operator index is built per OpenShift minor, so the channel's head follows
-the cluster: on 4.16 it is a 4.16.0 build, once the cluster runs 4.17 the 4.17.0 build (this is why
-the SR-IOV operator is upgraded after OpenShift).  Installing a new SR-IOV CSV rolls the operator
-Deployment and, as the new operator does once it runs, its config daemon DaemonSet to the new images.
+This module knows no operator: each ``Package`` (its catalog, images, CRDs, and what installing
+a new CSV does besides rolling the operator Deployment) lives with its operator
+(``gpu_operator_olm``: the GPU Operator's certified package; ``sriov_olm``: OpenShift's SR-IOV
+Network Operator), and the composition root (``harness/build.py``) attaches OLM to the operators
+it installed on the openshift profile (``attach``).
 
 Left out: CatalogSources as objects, OperatorGroups, dependency resolution, the package server's
 refusal of writes to PackageManifests (the twin serves them as a CRD: do not write them),
@@ -73,7 +66,6 @@ from ..machinery.kinds import Kinds
 from ..machinery.registry import ResourceType
 from ..machinery.store import WatchEvent
 from ..machinery.wake import Waker
-from .sriov import CONFIG_DAEMON_IMAGE_ENV
 
 if TYPE_CHECKING:
     from ..apiserver.cluster import Twin
@@ -88,26 +80,15 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # The package server's read-only view of the catalogs (``oc get packagemanifests -n openshift-marketplace``).
 PACKAGES_GROUP = "packages.operators.coreos.com"
 PACKAGES_VERSION = "v1"
-PACKAGE = "gpu-operator-certified"
-CATALOG_SOURCE = "certified-operators"
 CATALOG_NAMESPACE = "openshift-marketplace"
 OLM_COMPONENT = "operator-lifecycle-manager"
-# Channel -> versions in upgrade order (the last one is the head OLM installs).
-CATALOG: dict[str, tuple[str, ...]] = {
-    "v24.6": ("24.6.0", "24.6.1", "24.6.2"),
-    "v24.9": ("24.9.0",),
-    "v25.3": ("25.3.0",),
-    "v25.10": ("25.10.0", "25.10.1"),
-    "v26.3": ("26.3.0",),
-    "stable": ("24.9.0", "25.3.0", "25.10.1", "26.3.0"),
-}
 # Simulated seconds between two reads of a catalog that changes with the cluster.
 CATALOG_RESYNC_SECONDS = 60.0
 # Simulated seconds an approved plan takes to unpack the bundle and apply its steps.
 INSTALL_SECONDS = 30.0
 
 
-def csv_name(version: str, package: str = PACKAGE) -> str:
+def csv_name(version: str, package: str) -> str:
     return f"{package}.v{version}"
 
 
@@ -125,28 +106,8 @@ class Package:
     display_name: str
     # Called after the Deployment rolled to a new version (the new operator re-renders its operands).
     after_install: Callable[[str], None] | None = None
-
-
-GPU_OPERATOR_PACKAGE = Package(
-    name=PACKAGE,
-    catalog=lambda: CATALOG,
-    catalog_source=CATALOG_SOURCE,
-    container="gpu-operator",
-    image=lambda version: f"nvcr.io/nvidia/gpu-operator:v{version}",
-    bundle=lambda version: f"registry.connect.redhat.com/nvidia/gpu-operator-bundle:v{version}",
-    crds=("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com"),
-    display_name="NVIDIA GPU Operator",
-)
-SRIOV_PACKAGE_NAME = "sriov-network-operator"
-SRIOV_CATALOG_SOURCE = "redhat-operators"
-SRIOV_NAMESPACE = "openshift-sriov-network-operator"
-SRIOV_IMAGE_BASE = "registry.redhat.io/openshift4/ose-sriov-network"
-# One SR-IOV operator build per OpenShift minor (the CSV version is <minor>.0-<build date>).
-SRIOV_BUILDS: dict[str, str] = {
-    "4.16": "4.16.0-202410211619",
-    "4.17": "4.17.0-202411190033",
-    "4.18": "4.18.0-202502250302",
-}
+    # The key of ``twin.published`` its facts go under; None: ``olm_packages[<name>]``.
+    published_as: str | None = None
 
 
 def version_of_csv(name: str) -> str:
@@ -266,7 +227,7 @@ class Olm:
         namespace: str,
         deployment: str,
         installed_version: str,
-        package: Package = GPU_OPERATOR_PACKAGE,
+        package: Package,
     ) -> None:
         self.package = package
         self.twin = twin
@@ -327,8 +288,8 @@ class Olm:
             "namespace": self.namespace,
             "channels": {channel: list(versions) for channel, versions in self.package.catalog().items()},
         }
-        if self.package is GPU_OPERATOR_PACKAGE:
-            self.twin.published["olm"] = facts
+        if self.package.published_as is not None:
+            self.twin.published[self.package.published_as] = facts
         else:
             self.twin.published.setdefault("olm_packages", {})[self.package.name] = facts
 
@@ -372,6 +333,33 @@ class Olm:
             {"currentCSV": installed, "installedCSV": installed, "state": "AtLatestKnown", **self._stamp()},
         )
         self.adopt_deployment(installed)
+
+    def ensure_installed_csv(self) -> None:
+        """The installed version's CSV, Succeeded, as the operator's install left it, when no seed brought it (the
+        operator simulation seeds none); the operator Deployment is then owned by it."""
+        if self.olm is None:
+            return  # not simulated (install found no CSV kind)
+        package = self.package.name
+        name = csv_name(self.installed_version, package)
+        if self.store.try_get(self.olm.csv, self.namespace, name) is None:
+            created = self.store.create(
+                self.olm.csv,
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "ClusterServiceVersion",
+                    "metadata": {
+                        "name": name,
+                        "namespace": self.namespace,
+                        "labels": {f"operators.coreos.com/{package}.{self.namespace}": ""},
+                    },
+                    "spec": {"displayName": self.package.display_name, "version": self.installed_version},
+                },
+            )
+            message = "install strategy completed with no errors"
+            self._write_status(
+                self.olm.csv, created, {"phase": "Succeeded", "reason": "InstallSucceeded", "message": message}
+            )
+        self.adopt_deployment(name)
 
     def adopt_deployment(self, csv: str) -> None:
         """The operator Deployment is owned by its CSV, as OLM's install strategy writes it (not a controller
@@ -822,101 +810,11 @@ def register_olm_kinds(twin: Twin) -> bool:
     return True
 
 
-def install(twin: Twin, *, namespace: str, deployment: str, installed_version: str) -> None:
-    """Seed the Subscription and start OLM."""
-    Olm(twin, namespace=namespace, deployment=deployment, installed_version=installed_version).install()
-
-
-def sriov_minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
-def install_sriov(twin: Twin) -> None:
-    """OLM for OpenShift's SR-IOV Network Operator (openshift profile; needs the SR-IOV simulation's objects).
-
-    The ``stable`` channel of Red Hat's index lists the builds up to the cluster's OpenShift minor,
-    read from the ClusterVersion's newest Completed history entry.
-    """
-    deployment_type = twin.registry.get("apps", "deployments")
-    cv_type = twin.registry.get("config.openshift.io", "clusterversions")
-    if (
-        deployment_type is None
-        or twin.store.try_get(deployment_type, SRIOV_NAMESPACE, "sriov-network-operator") is None
-    ):
-        return
-
-    def cluster_minor() -> str:
-        cv = twin.store.try_get(cv_type, None, "version") if cv_type is not None else None
-        history = ((cv or {}).get("status") or {}).get("history") or []
-        completed = next((h.get("version") for h in history if h.get("state") == "Completed"), None)
-        return sriov_minor(str(completed or "4.16"))
-
-    def catalog() -> dict[str, tuple[str, ...]]:
-        limit = version_key(cluster_minor())
-        builds = tuple(b for minor, b in sorted(SRIOV_BUILDS.items(), key=lambda i: version_key(i[0]))
-                       if version_key(minor) <= limit)  # fmt: skip
-        return {"stable": builds or (SRIOV_BUILDS["4.16"],)}
-
-    def roll_config_daemon(version: str) -> None:
-        # The CSV's install strategy carries the operator's environment, the config daemon image included;
-        # the operator (operators/sriov.py) renders its DaemonSet from it.
-        deployments = twin.registry.get("apps", "deployments")
-        image = f"{SRIOV_IMAGE_BASE}-config-daemon-rhel9:v{sriov_minor(version)}"
-
-        def set_daemon_image(deployment: Obj) -> None:
-            for container in deployment["spec"]["template"]["spec"]["containers"]:
-                for variable in container.get("env") or ():
-                    if variable.get("name") == CONFIG_DAEMON_IMAGE_ENV:
-                        variable["value"] = image
-
-        if deployments is not None and twin.store.try_get(deployments, SRIOV_NAMESPACE, "sriov-network-operator"):
-            twin.store.mutate(deployments, SRIOV_NAMESPACE, "sriov-network-operator", set_daemon_image)
-
-    package = Package(
-        name=SRIOV_PACKAGE_NAME,
-        catalog=catalog,
-        catalog_source=SRIOV_CATALOG_SOURCE,
-        container="sriov-network-operator",
-        image=lambda version: f"{SRIOV_IMAGE_BASE}-rhel9-operator:v{sriov_minor(version)}",
-        bundle=lambda version: f"registry.redhat.io/openshift4/ose-sriov-network-operator-bundle:v{version}",
-        crds=("sriovnetworknodepolicies.sriovnetwork.openshift.io", "sriovnetworknodestates.sriovnetwork.openshift.io"),
-        display_name="SR-IOV Network Operator",
-        after_install=roll_config_daemon,
-    )
-    installed = catalog()["stable"][-1]
+def attach(twin: Twin, package: Package, *, namespace: str, deployment: str, installed_version: str) -> Olm:
+    """Seed the package's Subscription for the operator Deployment ``namespace/deployment`` running
+    ``installed_version`` and start OLM for it (the composition root calls it per OLM-managed operator)."""
     operator = Olm(
-        twin, namespace=SRIOV_NAMESPACE, deployment="sriov-network-operator", installed_version=installed,
-        package=package,
-    )  # fmt: skip
+        twin, namespace=namespace, deployment=deployment, installed_version=installed_version, package=package
+    )
     operator.install()
-    csv_type = twin.registry.get(GROUP, "clusterserviceversions")
-    name = csv_name(installed, SRIOV_PACKAGE_NAME)
-    if csv_type is not None and twin.store.try_get(csv_type, SRIOV_NAMESPACE, name) is None:
-        created = twin.store.create(
-            csv_type,
-            {
-                "apiVersion": API_VERSION,
-                "kind": "ClusterServiceVersion",
-                "metadata": {
-                    "name": name,
-                    "namespace": SRIOV_NAMESPACE,
-                    "labels": {f"operators.coreos.com/{SRIOV_PACKAGE_NAME}.{SRIOV_NAMESPACE}": ""},
-                },
-                "spec": {"displayName": package.display_name, "version": installed},
-            },
-        )
-        message = "install strategy completed with no errors"
-        succeeded = {"phase": "Succeeded", "reason": "InstallSucceeded", "message": message}
-        operator._write_status(csv_type, created, succeeded)
-    operator.adopt_deployment(name)
-
-
-def attach(operator: Any) -> None:
-    """Hook for ``GpuOperator.install``: OLM manages the operator on the openshift profile only (Helm elsewhere)."""
-    if operator.profile == "openshift":
-        install(
-            operator.twin,
-            namespace=operator.namespace,
-            deployment="gpu-operator",
-            installed_version=operator.release.csv_version,
-        )
+    return operator

@@ -39,7 +39,8 @@ maxUnavailable, ``calculateStatus``) and openshift/cluster-version-operator (his
   ``mofed_builds_for``, faults ``driver_build_fails``/``mofed_build_fails``).  This is how a person
   checks a build exists for a kernel before any node boots it.
 - On this profile OLM also manages OpenShift's SR-IOV Network Operator (package
-  ``sriov-network-operator``, channel ``stable``, ``operators/olm.py``).
+  ``sriov-network-operator``, channel ``stable``, ``operators/sriov_olm.py``), which the composition
+  root attaches after this simulation (the channel's head follows the cluster's OpenShift minor).
 
 Left out: MachineConfig objects and their merge, RenderDegraded causes, kubelet CA
 rotation, the drain's 1-hour degradation, ClusterOperators, availableUpdates/graph.
@@ -62,7 +63,7 @@ from ..machinery.registry import ResourceType
 from ..machinery.selectors import label_selector_from_dict
 from ..machinery.store import Store, WatchEvent
 from ..machinery.wake import Waker
-from . import olm, upgrade_apply
+from . import upgrade_apply
 
 if TYPE_CHECKING:
     from ..apiserver.cluster import Twin
@@ -232,8 +233,6 @@ class OpenShiftPlatform:
             "pools": ["master", "worker"],
             "driver_toolkit": f"{DTK_NAMESPACE}/{DTK_IMAGESTREAM}",
         }
-        # OpenShift's own SR-IOV Network Operator is an OLM operator (redhat-operators, channel stable).
-        olm.install_sriov(self.twin)
 
     def seed(self) -> None:
         assert self.pool_type is not None and self.cv_type is not None

@@ -36,10 +36,8 @@ modelled; VFs exist only as counts in the node states.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -51,7 +49,7 @@ from ..machinery import errors
 from ..machinery.kinds import Kinds
 from ..machinery.registry import ResourceType
 from ..machinery.store import Store, WatchEvent
-from ..machinery.wake import Waker
+from ..machinery.wake import Waker, run_operator_loop
 from . import network_operator as netop
 
 if TYPE_CHECKING:
@@ -475,17 +473,11 @@ class SriovOperator:
 
     async def run(self, twin: Twin) -> None:
         self._waker = Waker(self.store, twin.clock, on_event=lambda event: False)
-        while True:
-            started = time.thread_time()
-            try:
-                self.reconcile_once()
-            except Exception:  # the real operator logs and requeues
-                log.exception("sriov-network-operator reconcile failed")
-            spent = time.thread_time() - started
-            if spent > 0.005:
-                await asyncio.sleep(min(spent * 2.0, 2.0))
-            next_due = min(self._syncs_due.values(), default=None)
-            await self._waker.wait(None if next_due is None else max(0.0, next_due - twin.clock.now()))
+        await run_operator_loop(self._waker, self.reconcile_once, self._next_wait, log=log)
+
+    def _next_wait(self) -> float | None:
+        next_due = min(self._syncs_due.values(), default=None)
+        return None if next_due is None else max(0.0, next_due - self.twin.clock.now())
 
     # -- observing the cluster (store listener: cheap, no writes) ----------------------------------------------
     def _listen(self, event: WatchEvent) -> None:
