@@ -76,6 +76,19 @@ def test_rehearsed_promote_predicts_the_pdb_block_and_the_failing_node(fresh_twi
     account = account_env(twin, token_of(twin, "gpufleet-rehearse"))
     twin.admin("POST", "report/reset")
     rehearsal_dir = tmp_path / "rehearsal"
+    # In check mode the preflight and the snapshot's reads run, then the play ends saying so: no file, no twin.
+    checked = run_playbook(
+        "playbooks/rehearse.yml",
+        twin=None,
+        environment=account,
+        extra_vars={**common_vars(tmp_path), "stage": "promote", "rehearse_dir": str(rehearsal_dir)},
+        check=True,
+        timeout=300,
+    )
+    assert checked.returncode == 0, checked.output
+    assert "Check mode: the permission preflight and the snapshot's reads ran" in checked.output
+    assert not rehearsal_dir.exists()
+    assert writes(twin) == {}, writes(twin)
     rehearsal = run_playbook(
         "playbooks/rehearse.yml",
         twin=None,
