@@ -39,6 +39,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     CLUSTER_VERSIONS,
     CONFIGMAPS,
     CSVS,
+    SUBSCRIPTIONS,
     DAEMONSETS,
     DEPLOYMENTS,
     EVENTS,
@@ -63,7 +64,6 @@ SNAPSHOT_FORMAT = 1
 REPLICA_SETS = ResourceRef("apps/v1", "replicasets", "ReplicaSet", True)
 STATEFUL_SETS = ResourceRef("apps/v1", "statefulsets", "StatefulSet", True)
 CONTROLLER_REVISIONS = ResourceRef("apps/v1", "controllerrevisions", "ControllerRevision", True)
-SUBSCRIPTIONS = ResourceRef("operators.coreos.com/v1alpha1", "subscriptions", "Subscription", True)
 SRIOV_NODE_POLICIES = ResourceRef(
     "sriovnetwork.openshift.io/v1", "sriovnetworknodepolicies", "SriovNetworkNodePolicy", True
 )
