@@ -55,17 +55,14 @@ options:
   csv:
     description: The target CSV's name, for example C(gpu-operator-certified.v25.3.0). Exclusive with O(version).
     type: str
-    default: ""
   version:
     description:
       - The target version instead of a CSV name. A CSV matches when its version (the text after its last C(.v)) is
         O(version) or continues it after a dot, dash or plus (C(4.17) matches C(sriov-network-operator.v4.17.0-202411)).
     type: str
-    default: ""
   package:
     description: With O(version), only CSVs of this package (named C(<package>.v<version>)) match.
     type: str
-    default: ""
   advice:
     description: What to do when OLM plans another CSV than the target, appended to that failure's message.
     type: str
@@ -182,9 +179,9 @@ def argument_spec():
         name={"type": "str", "required": True},
         namespace={"type": "str", "required": True},
         channel={"type": "str", "default": ""},
-        csv={"type": "str", "default": ""},
-        version={"type": "str", "default": ""},
-        package={"type": "str", "default": ""},
+        csv={"type": "str"},
+        version={"type": "str"},
+        package={"type": "str"},
         advice={"type": "str", "default": DEFAULT_PLAN_ADVICE},
     )
     spec.update(wait_argument_spec(options=("wait_timeout", "wait_sleep"), wait_timeout=1800, wait_sleep=5))
