@@ -99,7 +99,9 @@ class SubscriptionUpgrade:
     def run(self) -> Dict[str, Any]:
         opts = self.options
         subscription = self.read_subscription()
-        decision = upgrade_decision(subscription, channel=opts.channel, matches=opts.matches, has_target=opts.has_target)
+        decision = upgrade_decision(
+            subscription, channel=opts.channel, matches=opts.matches, has_target=opts.has_target
+        )
         before = decision["view"]
         self.result.update(
             installed_before=before["installed"],
@@ -145,17 +147,35 @@ class SubscriptionUpgrade:
         except WaitTimeoutError as err:
             last = err.result.get("last") or subscription
             self.note(last)
-            self.fail(f"{err.msg}. {self.plan_error(last)}", timeout=True)
+            self.fail(f"{err.msg}. {self.plan_error(last)}{self.switch_back(switch)}", timeout=True)
         subscription = outcome.value
         self.note(subscription)
         state = self.state(subscription, installed_before)
         if state == "other":
-            self.fail(self.plan_error(subscription))
+            self.fail(self.plan_error(subscription) + self.switch_back(switch))
         view = subscription_view(subscription)
         if state == "planned":
             self.approve(view["install_plan"])
             self.result["installed"] = view["current"]
         return subscription
+
+    def switch_back(self, switched: bool) -> str:
+        """Undo this run's channel switch after OLM planned no target (its plan stays unapproved): a sentence to add
+        to the failure."""
+        before = str(self.result.get("channel_before") or "")
+        if not switched or not before:
+            return ""
+        opts = self.options
+        try:
+            self.api.patch(SUBSCRIPTIONS, opts.name, {"spec": {"channel": before}}, namespace=opts.namespace)
+        except GpuFleetError as err:
+            return (
+                f". The Subscription stays on channel {opts.channel} (setting {before} back failed: {err.msg}); "
+                f"restore it with: oc patch subscription {opts.name} -n {opts.namespace} --type merge "
+                f'-p \'{{"spec":{{"channel":"{before}"}}}}\''
+            )
+        self.result["channel"] = before
+        return f". The Subscription's channel was set back to {before}; its InstallPlan was not approved"
 
     def state(self, subscription: Dict[str, Any], installed_before: str) -> str:
         return plan_state(
@@ -184,7 +204,9 @@ class SubscriptionUpgrade:
         """Approve the InstallPlan unless it is approved already (a re-run after an interrupted one)."""
         found = self.api.get(INSTALL_PLANS, plan, namespace=self.options.namespace)
         if found is None:
-            self.fail(f"InstallPlan {self.options.namespace}/{plan} that Subscription {self.options.name} references is gone")
+            self.fail(
+                f"InstallPlan {self.options.namespace}/{plan} that Subscription {self.options.name} references is gone"
+            )
         if not (found.get("spec") or {}).get("approved"):
             self.api.patch(INSTALL_PLANS, plan, {"spec": {"approved": True}}, namespace=self.options.namespace)
 
@@ -205,7 +227,10 @@ class SubscriptionUpgrade:
         except WaitTimeoutError as err:
             status = (err.result.get("last") or {}).get("status") or {}
             self.result["csv_phase"] = str(status.get("phase") or "")
-            self.fail(f"{err.msg}: it is {status.get('phase') or 'not there'} {status.get('message') or ''}".strip(), timeout=True)
+            self.fail(
+                f"{err.msg}: it is {status.get('phase') or 'not there'} {status.get('message') or ''}".strip(),
+                timeout=True,
+            )
         status = (outcome.value or {}).get("status") or {}
         self.result["csv_phase"] = str(status.get("phase"))
         if self.result["csv_phase"] == "Failed":

@@ -39,7 +39,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     CLUSTER_VERSIONS,
     CONFIGMAPS,
     CSVS,
-    SUBSCRIPTIONS,
     DAEMONSETS,
     DEPLOYMENTS,
     EVENTS,
@@ -51,6 +50,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     NVIDIA_DRIVERS,
     PDBS,
     PODS,
+    SUBSCRIPTIONS,
     ResourceRef,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import LEDGER_DATA_KEY

@@ -33,7 +33,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: Reads the Subscription only; reports C(changed) when the run would switch the channel or approve a plan.
+    description: Reads only; C(changed) says whether the run would switch the channel or approve a plan.
   diff_mode:
     support: full
     description: Before and after of the Subscription's channel and installed CSV.

@@ -110,9 +110,7 @@ def test_upgrade_decision():
     # Without a target: only a channel switch or a plan OLM already made is a change.
     head = functools.partial(target_matches, target_csv="")
     assert upgrade_decision(subscription(), channel="", matches=head, has_target=False)["done"] is True
-    assert upgrade_decision(subscription(current=NEW, plan="p"), channel="", matches=head, has_target=False)[
-        "approve"
-    ]
+    assert upgrade_decision(subscription(current=NEW, plan="p"), channel="", matches=head, has_target=False)["approve"]
 
 
 def test_plan_error_names_subscription_channel_plan_and_olm_message():
