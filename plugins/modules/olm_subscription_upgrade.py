@@ -19,7 +19,7 @@ description:
   - OLM installs the head of the channel, never a CSV in between, and never downgrades. When OLM plans another CSV
     than the target, or cannot resolve the channel, the task fails naming the Subscription, the channel, what OLM
     plans and OLM's C(ResolutionFailed) message, followed by O(advice). A CSV that ends C(Failed) fails the task with
-    its message. An approved InstallPlan is not undone: a re-run continues from what the cluster shows.
+    its message. An approved InstallPlan is not undone; a re-run continues from what the cluster shows.
   - Taking an operator back to an older release is not done by this module (OLM does not downgrade through a
     Subscription); roles/gpu_operator's operator_olm_reinstall.yml uninstalls and installs the older CSV.
   - Without a target (neither O(csv) nor O(version)) the module approves what OLM plans at its first read after the
