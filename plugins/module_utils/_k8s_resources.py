@@ -51,6 +51,8 @@ MACHINE_CONFIG_POOLS = ResourceRef(
 )
 CLUSTER_VERSIONS = ResourceRef("config.openshift.io/v1", "clusterversions", "ClusterVersion", False)
 CSVS = ResourceRef("operators.coreos.com/v1alpha1", "clusterserviceversions", "ClusterServiceVersion", True)
+SUBSCRIPTIONS = ResourceRef("operators.coreos.com/v1alpha1", "subscriptions", "Subscription", True)
+INSTALL_PLANS = ResourceRef("operators.coreos.com/v1alpha1", "installplans", "InstallPlan", True)
 IMAGE_STREAMS = ResourceRef("image.openshift.io/v1", "imagestreams", "ImageStream", True)
 LEASES = ResourceRef("coordination.k8s.io/v1", "leases", "Lease", True)
 # Argo CD's Application (GitOps mode reads it, never writes it).

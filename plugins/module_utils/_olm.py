@@ -197,3 +197,126 @@ def reinstall_steps(
         else {},
         "error": error,
     }
+
+
+# -- moving an operator forward through its Subscription (olm_subscription_upgrade) --------------------------------
+#
+# OLM upgrades an operator when its Subscription's channel has a newer head than the installed CSV: it resolves the
+# head (``status.currentCSV``), creates an InstallPlan for it (``status.installPlanRef``) and, under Manual approval,
+# waits for ``spec.approved: true``; the plan then installs the CSV, which reaches ``Succeeded`` or ``Failed``
+# (operator-framework/api operators/v1alpha1 types; OLM docs "Subscriptions" and "Approving an InstallPlan"). A
+# channel that cannot be resolved sets the condition ``ResolutionFailed`` with OLM's reason in its message.
+
+DEFAULT_PLAN_ADVICE = "OLM installs the channel's head; pin the matrix to it or use a catalog that ends at the target"
+
+
+def csv_version(csv: str) -> str:
+    """sriov-network-operator.v4.17.0-202411 -> 4.17.0-202411 (the text after the last ``.v``; "" for none)."""
+    return str(csv or "").rpartition(".v")[2] if csv else ""
+
+
+def target_matches(csv: str, *, target_csv: str = "", version: str = "", package: str = "") -> bool:
+    """Whether ``csv`` is the target: exactly ``target_csv``, or (``version``) a CSV of ``package`` (any when empty)
+    whose version is ``version`` or continues it after a dot, dash or plus (4.17 matches 4.17.0-202411, not 4.170)."""
+    csv = str(csv or "")
+    if not csv:
+        return False
+    if target_csv:
+        return csv == target_csv
+    if package and not csv.startswith(f"{package}.v"):
+        return False
+    found, wanted = csv_version(csv), str(version or "").lstrip("v")
+    return bool(wanted) and (found == wanted or (found.startswith(wanted) and found[len(wanted)] in ".-+"))
+
+
+def resolution_failure(subscription: Mapping[str, Any]) -> str:
+    """The messages of the Subscription's ``ResolutionFailed`` conditions that hold (joined by "; "), or ""."""
+    conditions = (subscription.get("status") or {}).get("conditions") or ()
+    return "; ".join(
+        str(c.get("message") or c.get("reason") or "ResolutionFailed")
+        for c in conditions
+        if isinstance(c, Mapping) and c.get("type") == "ResolutionFailed" and str(c.get("status")) == "True"
+    )
+
+
+def subscription_view(subscription: Mapping[str, Any]) -> Dict[str, str]:
+    """What the module reads of a Subscription: channel, installedCSV, currentCSV, state and the InstallPlan's name."""
+    spec, status = subscription.get("spec") or {}, subscription.get("status") or {}
+    return {
+        "channel": str(spec.get("channel") or ""),
+        "installed": str(status.get("installedCSV") or ""),
+        "current": str(status.get("currentCSV") or ""),
+        "state": str(status.get("state") or ""),
+        "install_plan": str((status.get("installPlanRef") or {}).get("name") or ""),
+    }
+
+
+def plan_state(
+    subscription: Mapping[str, Any], *, installed_before: str, matches: Any, settled_without_target: bool = False
+) -> str:
+    """Where OLM is with the Subscription, for the wait after a channel switch (``matches(csv)`` tells the target):
+
+    - ``installed``: the installed CSV is the target;
+    - ``planned``: OLM plans the target and references its InstallPlan (to approve);
+    - ``other``: OLM settled on something else: resolution failed, or it plans (or installed) another CSV than the
+      one installed before;
+    - ``""``: not yet.
+
+    ``settled_without_target``: no target was given, so whatever OLM plans now (or nothing) is taken as is.
+    """
+    view = subscription_view(subscription)
+    if view["installed"] and matches(view["installed"]):
+        return "installed"
+    if view["current"] and matches(view["current"]) and view["install_plan"]:
+        return "planned"
+    if resolution_failure(subscription):
+        return "other"
+    if view["install_plan"] and view["current"] not in ("", installed_before):
+        return "planned" if settled_without_target else "other"
+    if settled_without_target:
+        return "installed" if view["current"] in ("", view["installed"]) else ""
+    return ""
+
+
+def plan_error(
+    subscription: Mapping[str, Any], *, name: str, namespace: str, channel: str, target: str, advice: str
+) -> str:
+    """Why the upgrade cannot go on: OLM plans another CSV than the target, naming the Subscription, the channel,
+    what OLM plans and its ResolutionFailed message."""
+    view = subscription_view(subscription)
+    failure = resolution_failure(subscription)
+    says = f" (ResolutionFailed: {failure})" if failure else ""
+    text = (
+        f"OLM did not plan {target} from channel {channel or view['channel'] or '?'} of Subscription "
+        f"{namespace}/{name}: it plans {view['current'] or 'nothing'}{says}"
+    )
+    return f"{text}. {advice}" if advice else text
+
+
+def upgrade_decision(
+    subscription: Mapping[str, Any], *, channel: str, matches: Any, has_target: bool
+) -> Dict[str, Any]:
+    """What the first read of the Subscription asks for: ``switch`` the channel (a channel is asked and differs),
+    ``approve`` an InstallPlan (the installed CSV is not the target, or without a target OLM plans another CSV than
+    the installed one) and ``done`` (nothing to write: the installed CSV is the target)."""
+    view = subscription_view(subscription)
+    switch = bool(channel) and channel != view["channel"]
+    if has_target:
+        done = bool(view["installed"]) and matches(view["installed"])
+    else:
+        done = not switch and view["current"] in ("", view["installed"])
+    return {"switch": switch and not done, "approve": not done, "done": done, "view": view}
+
+
+def csv_outcome(csv: Optional[Mapping[str, Any]]) -> str:
+    """``Succeeded`` or ``Failed`` once the CSV ended its install, else "" (not there yet, or still installing)."""
+    phase = str(((csv or {}).get("status") or {}).get("phase") or "")
+    return phase if phase in ("Succeeded", "Failed") else ""
+
+
+def subscription_diff(before: Mapping[str, str], *, channel: str, installed: str) -> Dict[str, Dict[str, str]]:
+    """Before and after of the Subscription's channel and installed CSV, for diff mode."""
+    return {
+        "before": {"channel": before["channel"], "installedCSV": before["installed"]},
+        "after": {"channel": channel or before["channel"], "installedCSV": installed},
+    }

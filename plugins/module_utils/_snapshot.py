@@ -50,6 +50,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     NVIDIA_DRIVERS,
     PDBS,
     PODS,
+    SUBSCRIPTIONS,
     ResourceRef,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import LEDGER_DATA_KEY
@@ -63,7 +64,6 @@ SNAPSHOT_FORMAT = 1
 REPLICA_SETS = ResourceRef("apps/v1", "replicasets", "ReplicaSet", True)
 STATEFUL_SETS = ResourceRef("apps/v1", "statefulsets", "StatefulSet", True)
 CONTROLLER_REVISIONS = ResourceRef("apps/v1", "controllerrevisions", "ControllerRevision", True)
-SUBSCRIPTIONS = ResourceRef("operators.coreos.com/v1alpha1", "subscriptions", "Subscription", True)
 SRIOV_NODE_POLICIES = ResourceRef(
     "sriovnetwork.openshift.io/v1", "sriovnetworknodepolicies", "SriovNetworkNodePolicy", True
 )
