@@ -86,7 +86,7 @@ async def delete_options(request: web.Request) -> Obj:
 async def delete(ctx: ServerContext, request: web.Request, target: ResourceRequest) -> web.Response:
     rtype = target.rtype
     if target.subresource:
-        raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        raise errors.method_not_allowed()
     options = await delete_options(request)
     dry_run = is_dry_run(request, options)
     result, gone = delete_one(ctx, rtype, target.namespace, target.name or "", options, dry_run=dry_run)

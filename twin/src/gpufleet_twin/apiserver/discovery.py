@@ -21,7 +21,7 @@ DEFAULT_KUBERNETES_VERSION = "v1.32.4"
 
 async def serve_non_resource(ctx: ServerContext, request: web.Request, info: RequestInfo) -> web.StreamResponse:
     if request.method != "GET":
-        raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        raise errors.method_not_allowed()
     path = request.path.rstrip("/") or "/"
     registry = ctx.twin.registry
     accept = parse_accept(request.headers.get("Accept"))

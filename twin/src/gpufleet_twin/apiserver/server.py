@@ -143,24 +143,24 @@ class ApiServer(ServerContext):
         sub = target.subresource
         verb = info.verb
         if not sub and verb not in target.rtype.verbs:
-            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+            raise errors.method_not_allowed()
         if sub == "eviction":
             if verb != "create":
-                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+                raise errors.method_not_allowed()
             return await eviction.evict(self, request, target)
         if sub == "log":
             if verb != "get":
-                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+                raise errors.method_not_allowed()
             return subresources.pod_log(self, request, target)
         if sub == "binding":
             if verb != "create":
-                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+                raise errors.method_not_allowed()
             return await subresources.bind(self, request, target)
         if sub == "scale":
             return await subresources.scale(self, request, info, target)
         if sub == "token":
             if verb != "create":
-                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+                raise errors.method_not_allowed()
             return await subresources.token_request(self, request, target)
         if verb == "watch":
             return await watch.watch(self, request, target)
@@ -170,7 +170,7 @@ class ApiServer(ServerContext):
             return reads.get(self, request, target)
         if verb == "create":
             if target.name and not sub:
-                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+                raise errors.method_not_allowed()
             return await writes.create(self, request, target)
         if verb == "update":
             return await writes.update(self, request, target)
@@ -180,7 +180,7 @@ class ApiServer(ServerContext):
             return await deletes.delete(self, request, target)
         if verb == "deletecollection":
             return await deletes.delete_collection(self, request, target)
-        raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        raise errors.method_not_allowed()
 
 
 def make_app(twin: Twin, **settings: Any) -> web.Application:

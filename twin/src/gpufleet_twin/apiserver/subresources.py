@@ -111,7 +111,7 @@ async def scale(ctx: ServerContext, request: web.Request, info: RequestInfo, tar
             _scale_of(current), raw, request.headers.get("Content-Type", ""), kind="Scale", strategic_supported=True
         )
     else:
-        raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        raise errors.method_not_allowed()
     replicas = (body.get("spec") or {}).get("replicas")
     if not isinstance(replicas, int) or replicas < 0:
         raise errors.invalid(

@@ -54,14 +54,10 @@ async def create(ctx: ServerContext, request: web.Request, target: ResourceReque
 async def update(ctx: ServerContext, request: web.Request, target: ResourceRequest) -> web.Response:
     rtype = target.rtype
     if not target.name:
-        raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        raise errors.method_not_allowed()
     body = check_body_kind(rtype, await read_body(request))
     meta = body.setdefault("metadata", {})
-    if meta.get("name") and meta["name"] != target.name:
-        raise errors.bad_request(
-            f"the name of the object ({meta['name']}) does not match the name on the URL ({target.name})"
-        )
-    meta["name"] = target.name
+    take_name_from_url(meta, target)
     if rtype.namespaced:
         if meta.get("namespace") and meta["namespace"] != target.namespace:
             raise errors.bad_request(
@@ -93,7 +89,7 @@ def finalize_body(ctx: ServerContext, rtype: ResourceType, target: ResourceReque
 async def patch(ctx: ServerContext, request: web.Request, target: ResourceRequest) -> web.Response:
     rtype, store = target.rtype, ctx.twin.store
     if not target.name:
-        raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        raise errors.method_not_allowed()
     content_type = request.headers.get("Content-Type", "")
     media_type = content_type.split(";", 1)[0].strip().lower()
     raw = await request.read()
@@ -126,9 +122,7 @@ async def patch(ctx: ServerContext, request: web.Request, target: ResourceReques
         raise errors.bad_request("the patch did not produce an object")
     meta = patched.setdefault("metadata", {})
     if meta.get("name") != target.name:
-        raise errors.bad_request(
-            f"the name of the object ({meta.get('name')}) does not match the name on the URL ({target.name})"
-        )
+        raise name_mismatch(meta.get("name"), target)
     if rtype.namespaced and meta.get("namespace") != target.namespace:
         raise errors.bad_request(
             "the namespace of the provided object does not match the namespace sent on the request"
@@ -170,11 +164,7 @@ async def server_side_apply(
     if not applied.get("apiVersion") or not applied.get("kind"):
         raise errors.bad_request("apiVersion and kind must be set in an apply patch")
     meta = applied.setdefault("metadata", {})
-    if meta.get("name") and meta["name"] != target.name:
-        raise errors.bad_request(
-            f"the name of the object ({meta['name']}) does not match the name on the URL ({target.name})"
-        )
-    meta["name"] = target.name
+    take_name_from_url(meta, target)
     if rtype.namespaced:
         meta.setdefault("namespace", target.namespace)
     current = store.try_get(rtype, target.namespace, target.name or "")
@@ -202,3 +192,14 @@ async def server_side_apply(
     response = render_object(ctx, request, rtype, updated)
     add_warnings(response, warnings)
     return response
+
+
+def name_mismatch(name: object, target: ResourceRequest) -> ApiError:
+    return errors.bad_request(f"the name of the object ({name}) does not match the name on the URL ({target.name})")
+
+
+def take_name_from_url(meta: Obj, target: ResourceRequest) -> None:
+    """An update or apply body names the object of its URL, or no object (then it gets the URL's name)."""
+    if meta.get("name") and meta["name"] != target.name:
+        raise name_mismatch(meta["name"], target)
+    meta["name"] = target.name

@@ -91,7 +91,10 @@ def forbidden(message: str) -> ApiError:
     return ApiError(403, "Forbidden", message)
 
 
-def method_not_allowed(message: str) -> ApiError:
+def method_not_allowed(
+    message: str = "the server does not allow this method on the requested resource",
+) -> ApiError:
+    """405, worded as kube-apiserver words it for a verb the resource does not serve."""
     return ApiError(405, "MethodNotAllowed", message)
 
 
