@@ -21,9 +21,11 @@ import yaml
 from gpufleet_twin.process import start_twin
 
 from .conftest import ROOT, PlaybookRun, kubectl, run_playbook
+from .fault_matrix import Group, write_matrix
+from .fault_matrix_cases import GROUPS
 from .test_upgrade_flow import drivers, file_ledger, git
 
-pytestmark = [pytest.mark.slow, pytest.mark.long]
+pytestmark = pytest.mark.slow
 
 EXAMPLE = ROOT / "examples" / "gpu-version-matrix.yaml"
 CANARY = "gpu-worker-001"
@@ -153,6 +155,16 @@ def policy_writes(twin) -> dict:
     return {"requests": served, "argocd": by_argocd}
 
 
+def state_writes(twin) -> dict:
+    """The requests that changed the cluster since the twin's report was reset (the permission preflight's
+    SelfSubjectAccessReviews are questions, not writes)."""
+    return {
+        key: count
+        for key, count in twin.report()["requests"]["by_verb_resource"].items()
+        if key.split(" ", 1)[0] in ("create", "update", "patch", "delete") and "selfsubjectaccessreviews" not in key
+    }
+
+
 def live_driver(twin) -> str:
     return json.loads(kubectl(twin, "get", "clusterpolicy", POLICY, "-o", "json"))["spec"]["driver"]["version"]
 
@@ -174,6 +186,7 @@ def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path
 
 
+@pytest.mark.long
 def test_gitops_refusal_bounded_wait_then_canary_bake_promote_through_git(gitops_twin, workspace):
     twin = gitops_twin
     remote = seed_repository(twin, workspace)
@@ -249,6 +262,7 @@ def test_gitops_refusal_bounded_wait_then_canary_bake_promote_through_git(gitops
     wait_for_application(twin, sync="Synced", revision=git(remote, "rev-parse", "main"))
 
 
+@pytest.mark.long
 def test_gitops_failed_bake_gate_rolls_back_with_a_revert_commit(gitops_twin, workspace):
     twin = gitops_twin
     remote = seed_repository(twin, workspace)
@@ -274,3 +288,52 @@ def test_gitops_failed_bake_gate_rolls_back_with_a_revert_commit(gitops_twin, wo
     assert live_driver(twin) == OLD_DRIVER and drivers(twin)[CANARY] == OLD_DRIVER
     assert policy_writes(twin)["requests"] == {}
     wait_for_application(twin, sync="Synced", revision=git(remote, "rev-parse", "main"))
+
+
+def test_a_group_not_written_in_git_runs_on_the_cluster_and_one_whose_objects_git_holds_is_refused(tmp_path):
+    """GitOps mode changes only how the objects listed in gpufleet_gitops.manifests are written. A group none of whose
+    objects is listed runs on the cluster as without GitOps (no Argo CD Application to check: this twin has none);
+    a group that would write a listed object it cannot write in Git (the SR-IOV operator's Subscription, by kind and
+    name; the NicClusterPolicy, by kind) is refused before any write, naming the object."""
+    twin = start_twin(nodes=6, profile="openshift", time_scale=600, workdir=tmp_path / "twin")
+    try:
+        gitops = settings(tmp_path, tmp_path / "platform.git")
+        other_subscription = {"kind": "Subscription", "name": "gpu-operator-certified", "path": "gpu/sub.yaml"}
+        gitops["manifests"].append(other_subscription)
+        write_matrix(tmp_path, GROUPS["sriov"]["canary"])
+        group = Group(name="sriov", twin=twin, workspace=tmp_path, inputs={"gpufleet_gitops": gitops})
+
+        # Not listed (another operator's Subscription is): past the GitOps check to the group's own (OpenShift 4.16's
+        # index offers no newer SR-IOV build), which refuses it before any change.
+        ran = group.run("canary", upgrade_wait_timeout=10)
+        assert ran.returncode != 0
+        assert "update OpenShift to 4.17 first" in ran.output, ran.output[-4000:]
+        assert "GitOps mode:" not in ran.output
+
+        # Its Subscription listed: refused by the GitOps check, nothing written on the cluster.
+        sriov_subscription = {"kind": "Subscription", "name": "sriov-network-operator", "path": "sriov/sub.yaml"}
+        listed = dict(gitops, manifests=[*gitops["manifests"], sriov_subscription])
+        twin.admin("POST", "report/reset")
+        refused = group.run("canary", gpufleet_gitops=listed)
+        assert refused.returncode != 0
+        assert (
+            "GitOps mode: the sriov_operator group writes Subscription/sriov-network-operator, which "
+            "gpufleet_gitops.manifests lists" in " ".join(refused.output.split())
+        ), refused.output[-4000:]
+        assert file_ledger(tmp_path)[-1]["outcome"] == "refused"
+        assert state_writes(twin) == {}, state_writes(twin)
+
+        # The Network Operator group with the NicClusterPolicy listed (by kind: one per cluster), as Argo CD would
+        # apply it: refused the same way, before its SR-IOV pre-steps or anything else.
+        write_matrix(tmp_path, GROUPS["network_operator"]["canary"])
+        nic_policy = {"kind": "NicClusterPolicy", "name": "nic-cluster-policy", "path": "network/nicclusterpolicy.yaml"}
+        twin.admin("POST", "report/reset")
+        refused = group.run("canary", gpufleet_gitops=dict(gitops, manifests=[*gitops["manifests"], nic_policy]))
+        assert refused.returncode != 0
+        assert "the network_operator group writes NicClusterPolicy/nic-cluster-policy" in " ".join(
+            refused.output.split()
+        ), refused.output[-4000:]
+        assert file_ledger(tmp_path)[-1]["outcome"] == "refused"
+        assert state_writes(twin) == {}, state_writes(twin)
+    finally:
+        assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
