@@ -108,6 +108,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch
     rollout_progress,
     rollout_settled,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_operator_info import honoured_cluster_policy
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
@@ -265,8 +266,7 @@ class DriverRollout:
         policies = self.api.list(CLUSTER_POLICIES)
         if not policies:
             raise InvalidInputError("The cluster has no ClusterPolicy: is the GPU Operator installed?")
-        # The operator honours only its oldest ClusterPolicy and marks the others ignored.
-        return min(policies, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), name_of(p)))
+        return dict(honoured_cluster_policy(policies) or {})
 
     def _served_schemas(self, *, uses_crd: bool) -> Tuple[FieldSpec, bool]:
         """The upgradePolicy field set of the served ClusterPolicy CRD, and whether NVIDIADriver has spec.default.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, KubeApiError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_operator_info import operator_namespace
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import CLUSTER_POLICIES, ResourceRef
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import (
     GPU_OPERATOR,
@@ -67,10 +68,7 @@ def _gpu_operator_namespace(api: Any) -> str:
         if err.status in (403, 404):
             return ""
         raise
-    if not policies:
-        return ""
-    oldest = min(policies, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-    return str((oldest.get("status") or {}).get("namespace") or "")
+    return operator_namespace(policies)
 
 
 def resolve_namespaces(api: Any, request: PermissionRequest, steps: Sequence[str]) -> Dict[str, str]:
