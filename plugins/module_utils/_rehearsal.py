@@ -495,27 +495,9 @@ def render_html(prediction: Mapping[str, Any], *, title: str) -> str:
     if estimate:
         parts.append(f"<h2>{html.escape(ESTIMATE_HEADING)}</h2><p>{html.escape(estimate_note(estimate))}</p>")
         parts.append(estimate_svg(estimate["rows"]))
-        header = [
-            "Setting",
-            "Runs",
-            "Duration p50 (h)",
-            "Duration p90 (h)",
-            "GPU-hours lost (p50)",
-            "Peak capacity loss",
-            "Fits",
-        ]
-        parts.append("<table><tr>" + "".join(f"<th>{html.escape(cell)}</th>" for cell in header) + "</tr>")
+        parts.append("<table><tr>" + "".join(f"<th>{html.escape(cell)}</th>" for cell in ESTIMATE_HEADER) + "</tr>")
         for row in estimate["rows"]:
-            cells = [
-                row["label"],
-                row["runs"],
-                row["p50_hours"],
-                row["p90_hours"],
-                row["gpu_hours_lost"],
-                f"{100 * row['peak_capacity_loss']:.1f}%",
-                "yes" if row["fits"] else "no",
-            ]
-            parts.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+            parts.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in estimate_cells(row)) + "</tr>")
         parts.append("</table>")
         chosen = estimate.get("chosen")
         parts.append(
@@ -554,6 +536,7 @@ def estimate_rows(
         finished = [float(r["duration_seconds"]) for r in group if r.get("finished") and r.get("duration_seconds")]
         p90 = percentile(finished, 0.9) if len(finished) == len(group) and finished else None
         loss = max(float(r.get("peak_capacity_loss") or 0) for r in group)
+        failing = [r for r in group if r.get("failed_nodes")]
         rows.append(
             {
                 "candidate": dict(settings[label]),
@@ -564,7 +547,10 @@ def estimate_rows(
                 "gpu_hours_lost": round(statistics.median(float(r.get("gpu_hours_lost") or 0) for r in group), 2),
                 "peak_capacity_loss": round(loss, 4),
                 "failed_nodes": sorted({n for r in group for n in r.get("failed_nodes") or []}),
-                "fits": p90 is not None and p90 / 3600 <= window_hours and loss <= max_capacity_loss,
+                "runs_with_failed_nodes": len(failing),
+                # A node that ends upgrade-failed (a drain past its timeout, a driver that does not start) halts the
+                # collection's stage there: a setting under which any run has one does not fit, however fast.
+                "fits": p90 is not None and p90 / 3600 <= window_hours and loss <= max_capacity_loss and not failing,
             }
         )
     return rows
@@ -578,17 +564,36 @@ def smallest_fitting(rows: Sequence[Mapping[str, Any]]) -> Optional[Mapping[str,
     return min(fitting, key=lambda row: (row["peak_capacity_loss"], row["p90_hours"], row["label"]))
 
 
-def estimate_markdown(rows: Sequence[Mapping[str, Any]], *, window_hours: float, max_capacity_loss: float) -> str:
-    lines = [
-        "| Setting | Runs | Duration p50 | Duration p90 | GPU-hours lost (p50) | Peak capacity loss | Fits |",
-        "|---|---|---|---|---|---|---|",
+ESTIMATE_HEADER = (
+    "Setting",
+    "Runs",
+    "Duration p50",
+    "Duration p90",
+    "GPU-hours lost (p50)",
+    "Peak capacity loss",
+    "Nodes failed",
+    "Fits",
+)
+
+
+def estimate_cells(row: Mapping[str, Any]) -> List[str]:
+    """One candidate's row of the estimate table (ESTIMATE_HEADER), for the Markdown and the HTML report."""
+    failed = row.get("failed_nodes") or []
+    return [
+        str(row["label"]),
+        str(row["runs"]),
+        f"{row['p50_hours']} h",
+        f"{row['p90_hours']} h",
+        str(row["gpu_hours_lost"]),
+        f"{100 * row['peak_capacity_loss']:.1f}%",
+        f"{len(failed)}, in {row.get('runs_with_failed_nodes', 0)} of {row['runs']} runs" if failed else "0",
+        "yes" if row["fits"] else "no",
     ]
-    for row in rows:
-        lines.append(
-            f"| {row['label']} | {row['runs']} | {row['p50_hours']} h | {row['p90_hours']} h | "
-            f"{row['gpu_hours_lost']} | "
-            f"{100 * row['peak_capacity_loss']:.1f}% | {'yes' if row['fits'] else 'no'} |"
-        )
+
+
+def estimate_markdown(rows: Sequence[Mapping[str, Any]], *, window_hours: float, max_capacity_loss: float) -> str:
+    lines = ["| " + " | ".join(ESTIMATE_HEADER) + " |", "|" + "---|" * len(ESTIMATE_HEADER)]
+    lines += ["| " + " | ".join(estimate_cells(row)) + " |" for row in rows]
     chosen = smallest_fitting(rows)
     lines.append("")
     limits = f"{window_hours} h window, at most {100 * max_capacity_loss:.0f}% of GPUs away"

@@ -196,6 +196,25 @@ def test_the_smallest_setting_that_fits_the_window_and_the_capacity_limit_is_cho
     assert estimate_svg(estimate["rows"]).count("<circle") == 3
 
 
+def test_a_setting_under_which_nodes_fail_never_fits_and_the_table_says_how_often():
+    """The 200-node estimate of docs/rehearse.md: at 20 nodes at once, drains ran past their timeout on some nodes
+    (upgrade-failed) in two runs of three. The stage halts at such a node: fast as it is, the setting does not fit."""
+    wide, mid = {"maxParallelUpgrades": 20}, {"maxParallelUpgrades": 10}
+    runs = [
+        dict(run(wide, 0, 2.7, 194, 0.09), failed_nodes=["n1", "n2", "n3"]),
+        run(wide, 1, 2.2, 192, 0.10),
+        dict(run(wide, 2, 2.4, 188, 0.085), failed_nodes=["n3", "n4"]),
+        *(run(mid, seed, hours, 188, 0.05) for seed, hours in enumerate((3.7, 3.6, 3.5))),
+    ]
+    estimate = build_estimate({"runs": runs}, window_hours=8, max_capacity_loss=0.15)
+    rows = {row["label"]: row for row in estimate["rows"]}
+    assert not rows["maxParallelUpgrades 20"]["fits"] and rows["maxParallelUpgrades 10"]["fits"]
+    assert estimate["chosen"] == mid
+    markdown = estimate_markdown(estimate["rows"], window_hours=8, max_capacity_loss=0.15)
+    assert "| maxParallelUpgrades 20 | 3 | 2.4 h | 2.7 h | 192.0 | 10.0% | 4, in 2 of 3 runs | no |" in markdown
+    assert "| maxParallelUpgrades 10 | 3 | 3.6 h | 3.7 h | 188.0 | 5.0% | 0 | yes |" in markdown
+
+
 def test_a_setting_with_an_unfinished_run_never_fits():
     runs = [run({"a": 1}, 0, 1, 1, 0.0), run({"a": 1}, 1, 1, 1, 0.0, finished=False)]
     (row,) = build_estimate({"runs": runs}, window_hours=8, max_capacity_loss=1)["rows"]
