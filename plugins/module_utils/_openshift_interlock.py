@@ -22,9 +22,11 @@ hold:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import normalized_for_diff
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_catalog import Catalog
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_rules import (
     VIOLATION,
@@ -141,6 +143,68 @@ def build_pod(
                 },
             ],
         },
+    }
+
+
+def build_pods(
+    specs: Sequence[Mapping[str, Any]], *, namespace: str, dtk_image: str, rhcos: str
+) -> List[Dict[str, Any]]:
+    """The build pods of ``specs`` (``what``, ``version``, ``image``), named after what they build on which DTK, so
+    a run that was interrupted finds its pods again."""
+    pods = []
+    for spec in specs:
+        digest = hashlib.sha256(f"{spec['image']}|{dtk_image}".encode()).hexdigest()[:8]
+        pods.append(
+            build_pod(
+                name=f"gpufleet-build-{spec['what']}-{digest}",
+                namespace=namespace,
+                dtk_image=dtk_image,
+                builder_image=str(spec["image"]),
+                driver_version=str(spec["version"]),
+                what=str(spec["what"]),
+                rhcos=rhcos,
+            )
+        )
+    return pods
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """What a run does with the build pods: ``create`` the pods it creates, ``leftovers`` the pods of an earlier
+    run it finds (a failed one is deleted and built again, one still building or built is waited for) and deletes
+    once their outcome is recorded."""
+
+    create: List[Dict[str, Any]]
+    leftovers: List[Dict[str, Any]]
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.create or self.leftovers)
+
+
+def plan_builds(pods: Sequence[Mapping[str, Any]], existing: Mapping[str, Optional[Mapping[str, Any]]]) -> BuildPlan:
+    """``existing`` maps each pod's name to the pod the cluster has under that name (None when it has none)."""
+    create, leftovers = [], []
+    for pod in pods:
+        found = existing.get(str(pod["metadata"]["name"]))
+        if found:
+            leftovers.append(dict(found))
+        if not found or (build_outcome(found).done and not build_outcome(found).succeeded):
+            create.append(dict(pod))
+    return BuildPlan(create=create, leftovers=leftovers)
+
+
+def build_pods_diff(plan: BuildPlan) -> Dict[str, Any]:
+    """The diff of the interlock's builds: before, the pods of an earlier run it deletes; after, the pods it creates
+    (by name). It deletes those too once their outcome is recorded; the diff is what the run writes on the way."""
+
+    def by_name(pods: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+        return {str(pod["metadata"]["name"]): normalized_for_diff(pod) for pod in pods}
+
+    return {
+        "before": {"pods": by_name(plan.leftovers)},
+        "after": {"pods": by_name(plan.create)},
+        "after_header": "Build pods of the kernel interlock (deleted once their outcome is recorded)",
     }
 
 

@@ -13,7 +13,6 @@ that was interrupted continues when run again.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -52,13 +51,17 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_interl
     INFO,
     WARN,
     BuildOutcome,
+    BuildPlan,
+    DriverToolkit,
     Finding,
     build_outcome,
-    build_pod,
+    build_pods,
+    build_pods_diff,
     driver_image,
     driver_toolkit,
     halted,
     matrix_findings,
+    plan_builds,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp import (
     CURRENT_CONFIG,
@@ -578,6 +581,7 @@ class InterlockOptions:
     build_namespace: Optional[str] = None
     wait: WaitOptions = field(default_factory=WaitOptions)
     check_mode: bool = False
+    diff: bool = False
 
 
 def _first(api: KubeApi, ref: ResourceRef) -> Optional[Dict[str, Any]]:
@@ -619,34 +623,32 @@ def _build_specs(api: KubeApi, options: InterlockOptions, rhcos: str) -> Tuple[L
     return specs, namespace or "default"
 
 
+def _plan_builds(api: KubeApi, pods: List[Dict[str, Any]], namespace: str) -> BuildPlan:
+    """Read the build pods an earlier run may have left (read only: check mode plans with it too)."""
+    names = [str(pod["metadata"]["name"]) for pod in pods]
+    return plan_builds(pods, {name: api.get(PODS, name, namespace=namespace) for name in names})
+
+
 def _run_builds(
-    api: KubeApi, *, specs: List[Dict[str, Any]], namespace: str, dtk_image: str, rhcos: str, options: InterlockOptions,
-    clock: Clock,
+    api: KubeApi, *, specs: List[Dict[str, Any]], pods: List[Dict[str, Any]], plan: BuildPlan, namespace: str,
+    dtk_image: str, rhcos: str, options: InterlockOptions, clock: Clock,
 ) -> List[Dict[str, Any]]:  # fmt: skip
-    builds = []
-    for spec in specs:
-        digest = hashlib.sha256(f"{spec['image']}|{dtk_image}".encode()).hexdigest()[:8]
-        name = f"gpufleet-build-{spec['what']}-{digest}"
-        existing = api.get(PODS, name, namespace=namespace)
-        if existing is not None and build_outcome(existing).done and not build_outcome(existing).succeeded:
+    """Create the plan's pods (after deleting a failed one of an earlier run), wait for every build, record its
+    outcome and delete its pod."""
+    leftovers = {str(pod["metadata"]["name"]) for pod in plan.leftovers}
+    for pod in plan.create:
+        name = str(pod["metadata"]["name"])
+        if name in leftovers:
             # A failed build from an earlier run is tried again: the cause may have been fixed since.
             api.delete(PODS, name, namespace=namespace, grace_period_seconds=0)
-            existing = None
-        if existing is None:
-            body = build_pod(
-                name=name,
-                namespace=namespace,
-                dtk_image=dtk_image,
-                builder_image=spec["image"],
-                driver_version=spec["version"],
-                what=spec["what"],
-                rhcos=rhcos,
-            )
-            try:
-                api.create(PODS, body, namespace=namespace)
-            except KubeApiError as err:
-                if err.status != 409:
-                    raise
+        try:
+            api.create(PODS, pod, namespace=namespace)
+        except KubeApiError as err:
+            if err.status != 409:
+                raise
+    builds = []
+    for index, spec in enumerate(specs):
+        name = str(pods[index]["metadata"]["name"])
         builds.append({**spec, "pod": f"{namespace}/{name}", "name": name, "rhcos": rhcos, "dtk_image": dtk_image})
     for build in builds:
         pod_name = str(build["name"])
@@ -676,6 +678,38 @@ def _run_builds(
         # The outcome is recorded in the result; the finished pod is not needed any more.
         api.delete(PODS, build["name"], namespace=namespace)
     return builds
+
+
+def _interlock_builds(
+    api: KubeApi, options: InterlockOptions, *, toolkit: DriverToolkit, findings: List[Finding], clock: Clock
+) -> Tuple[List[Dict[str, Any]], BuildPlan]:
+    """The build check, its findings appended to ``findings``: the builds and the plan of their pods (empty when an
+    earlier check already stops the reboot; in check mode, what a run would do)."""
+    if halted(findings):
+        findings.append(Finding("driver_build", INFO, "not attempted: an earlier check already stops the reboot"))
+        return [], BuildPlan(create=[], leftovers=[])
+    specs, namespace = _build_specs(api, options, toolkit.rhcos)
+    pods = build_pods(specs, namespace=namespace, dtk_image=toolkit.image, rhcos=toolkit.rhcos)
+    plan = _plan_builds(api, pods, namespace)
+    if options.check_mode:
+        findings.append(
+            Finding("driver_build", INFO, f"check mode: would build {[s['what'] for s in specs]} on the DTK")
+        )
+        return [], plan
+    builds = _run_builds(
+        api, specs=specs, pods=pods, plan=plan, namespace=namespace, dtk_image=toolkit.image, rhcos=toolkit.rhcos,
+        options=options, clock=clock,
+    )  # fmt: skip
+    for build in builds:
+        verb = "builds" if build["succeeded"] else "does not build"
+        findings.append(
+            Finding(
+                f"{build['what']}_build",
+                INFO if build["succeeded"] else ERROR,
+                f"{build['what']} {build['version']} {verb} for RHCOS {toolkit.rhcos}: {build['message']}",
+            )
+        )
+    return builds, plan
 
 
 def run_kernel_interlock(api: KubeApi, options: InterlockOptions, *, clock: Optional[Clock] = None) -> Dict[str, Any]:
@@ -708,29 +742,13 @@ def run_kernel_interlock(api: KubeApi, options: InterlockOptions, *, clock: Opti
             )
             result["rhcos"], result["dtk_image"] = toolkit.rhcos, toolkit.image
     builds: List[Dict[str, Any]] = []
+    plan = BuildPlan(create=[], leftovers=[])
     if options.build_check and toolkit is not None:
-        specs, namespace = _build_specs(api, options, toolkit.rhcos)
-        if options.check_mode:
-            findings.append(
-                Finding("driver_build", INFO, f"check mode: would build {[s['what'] for s in specs]} on the DTK")
-            )
-        elif halted(findings):
-            findings.append(Finding("driver_build", INFO, "not attempted: an earlier check already stops the reboot"))
-        else:
-            result["changed"] = bool(specs)
-            builds = _run_builds(
-                api, specs=specs, namespace=namespace, dtk_image=toolkit.image, rhcos=toolkit.rhcos, options=options,
-                clock=clock,
-            )  # fmt: skip
-            for build in builds:
-                verb = "builds" if build["succeeded"] else "does not build"
-                findings.append(
-                    Finding(
-                        f"{build['what']}_build",
-                        INFO if build["succeeded"] else ERROR,
-                        f"{build['what']} {build['version']} {verb} for RHCOS {toolkit.rhcos}: {build['message']}",
-                    )
-                )
+        builds, plan = _interlock_builds(api, options, toolkit=toolkit, findings=findings, clock=clock)
+    # Check mode says what a run writes: the build pods it creates (and those of an earlier run it deletes).
+    result["changed"] = plan.changes
+    if options.diff:
+        result["diff"] = build_pods_diff(plan)
     result.update(
         builds=builds,
         findings=[finding.as_dict() for finding in findings],

@@ -20,7 +20,9 @@ description:
     the driver on each RHCOS node from that image.
   - The builds succeed - one pod per driver (the ClusterPolicy's GPU driver at C(gpu_driver) in O(target), the
     NicClusterPolicy's MOFED/DOCA driver at C(mofed) in O(target)) compiles it on the new RHCOS's driver toolkit, which
-    carries that kernel's headers, without loading anything. The pods are deleted once their outcome is recorded.
+    carries that kernel's headers, without loading anything. The pods are deleted once their outcome is recorded, so
+    the cluster ends as it began; a run that creates them reports changed all the same. A pod left by an interrupted
+    run is taken over (a failed one is deleted and built again).
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -30,10 +32,15 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: Runs the matrix and driver toolkit checks; the build pods are not created.
+    description:
+      - Runs the matrix and driver toolkit checks and reads the build pods an interrupted run may have left; no build
+        pod is created or deleted. It reports changed when a run would create or delete build pods, as a run does.
   diff_mode:
-    support: none
-    description: It changes nothing it could show a diff of (build pods are deleted when done).
+    support: full
+    description:
+      - The build pods, each one a run creates after (in check mode, the pods a run would create) and each pod of an
+        earlier run it deletes before. A run deletes its pods once their outcome is recorded, so the cluster ends as
+        it began.
 options:
   target:
     description:
@@ -92,6 +99,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changed:
+  description:
+    - True when the run created or deleted build pods (in check mode, when a run would). False when no build runs -
+      O(build_check) off, nothing to build, or an earlier check already stops the reboot.
+  returned: always
+  type: bool
 halted:
   description: True when a check failed (the task fails too).
   returned: always
@@ -175,6 +188,7 @@ def interlock_options(module):
         build_namespace=params["build_namespace"],
         wait=WaitOptions(wait=True, timeout=params["wait_timeout"], sleep=params["wait_sleep"]),
         check_mode=module.check_mode,
+        diff=module._diff,
     )
 
 

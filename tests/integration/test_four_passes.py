@@ -30,6 +30,7 @@ from .test_firmware_idrac_flash import NEW_CX7, OLD_CX7, bmc_ca, bmc_credentials
 from .test_matrix_promote_push import EXAMPLE
 from .test_matrix_promote_push import PLAYBOOK as PROMOTE_PLAYBOOK
 from .test_observability import pushgateway as pushgateway_fixture
+from .test_openshift import PREVIOUS as OPENSHIFT_NOW
 from .test_upgrade_flow import git, writes
 
 pytestmark = pytest.mark.slow
@@ -40,6 +41,7 @@ NODE = "gpu-worker-001"
 ME = "four-passes@controller, run 1"
 LEASE = "gpufleet-four-passes"
 LEDGER = "gpufleet-four-passes-ledger"
+BUILD_LABEL = "gpufleet.io/kernel-interlock"
 
 pushgateway = pushgateway_fixture
 Run = Callable[[bool, bool], tuple[PlaybookRun, dict[str, dict[str, Any]]]]
@@ -106,7 +108,7 @@ def lease_spec(twin: TwinProcess) -> dict[str, Any]:
 
 
 def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
-    """Five modules that write on every real run by design, run together (one playbook run a pass):
+    """Six modules that write on every real run by design, run together (one playbook run a pass):
 
     - stage_lease ``state=present``: a renewal moves renewTime (how a killed run's Lease expires); a re-run keeps
       holder and acquireTime.
@@ -115,6 +117,9 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
       entry id writes new reports and leaves the ledger (ConfigMap and file) as first recorded, one entry an id.
     - cluster_snapshot: the cluster at one moment (its info file says when); every run writes the folder afresh.
     - upgrade_metrics: a push replaces the stage's group on the Pushgateway (its push time moves).
+    - gpu_kernel_interlock: the GPU and MOFED drivers' build pods on the driver toolkit of the RHCOS the cluster runs
+      (4.16's, which the twin builds in simulated minutes); each is deleted once its outcome is recorded, so every
+      real run creates them again.
 
     So every pass reports changed; the check passes write nothing and say what the real run does."""
     message = f"Four passes {time.monotonic_ns()}: canary started on {NODE}"
@@ -129,6 +134,7 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
                            "ledger_file": str(ledger), "report_dir": str(reports), "entry": entry},
         "cluster_snapshot": {"directory": str(folder)},
         "upgrade_metrics": {"url": pushgateway.url, "cluster": cluster, "stage": "canary", "entry": entry},
+        "gpu_kernel_interlock": {"target": OPENSHIFT_NOW, "wait_timeout": 300, "wait_sleep": 0.5},
     }  # fmt: skip
 
     def observe() -> dict[str, Any]:
@@ -143,6 +149,8 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
             "reports": files_under(reports),
             "snapshot": files_under(folder),
             "pushed": [g for g in pushgateway.metrics() if g["labels"].get("cluster") == cluster],
+            "build_pods": [p["metadata"]["name"] for p in get_json(shared_twin, "pods", "-A", "-l",
+                                                                   BUILD_LABEL)["items"]],
         }  # fmt: skip
 
     passes = four_passes(
@@ -160,6 +168,7 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
         "reports": {},
         "snapshot": {},
         "pushed": [],
+        "build_pods": [],
     }
     assert first.results["stage_lease"]["diff"] == {"before": {"holder": ""}, "after": {"holder": ME}}
     assert '+    "holder": "four-passes@controller, run 1"' in first.output  # ansible-playbook --diff shows it
@@ -194,8 +203,23 @@ def test_modules_that_write_on_every_run(shared_twin, pushgateway, tmp_path):
     }
     assert again.after["pushed"] != real.after["pushed"]  # the push time moved
 
-    # The real re-run wrote exactly this: the renewal, the two Events, the ledger entry.
-    assert again.writes == {"update leases.coordination.k8s.io": 1, "create events": 2, "update configmaps": 1}
+    diff = first.results["gpu_kernel_interlock"]["diff"]
+    assert diff["before"] == {"pods": {}} and len(diff["after"]["pods"]) == 2
+    assert {pod["metadata"]["labels"][BUILD_LABEL] for pod in diff["after"]["pods"].values()} == {
+        "gpu-driver",
+        "mofed-driver",
+    }
+    assert "gpufleet-build-gpu-driver-" in first.output  # ansible-playbook --diff shows it
+    assert first.results["gpu_kernel_interlock"]["builds"] == []
+    for done in (real, again):
+        interlock = done.results["gpu_kernel_interlock"]
+        assert [b["succeeded"] for b in interlock["builds"]] == [True, True], interlock["findings"]
+        assert sorted(b["name"] for b in interlock["builds"]) == sorted(diff["after"]["pods"])
+        assert done.after["build_pods"] == []  # each pod deleted once its outcome was recorded
+
+    # The real re-run wrote exactly this: the renewal, the two Events, the ledger entry, the two build pods.
+    assert again.writes == {"update leases.coordination.k8s.io": 1, "create events": 2, "update configmaps": 1,
+                            "create pods": 2, "delete pods": 2}  # fmt: skip
 
 
 Case = tuple[dict[str, dict[str, Any]], Callable[[], dict[str, Any]], Callable[[list[Pass]], None]]

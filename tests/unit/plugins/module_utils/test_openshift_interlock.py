@@ -7,10 +7,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_interl
     ERROR,
     build_outcome,
     build_pod,
+    build_pods,
+    build_pods_diff,
     driver_image,
     driver_toolkit,
     halted,
     matrix_findings,
+    plan_builds,
     rhcos_minor,
 )
 
@@ -54,3 +57,53 @@ def test_build_pod_builds_without_loading_and_outcomes_read_from_status():
     assert build_outcome({"status": {"phase": "Succeeded"}}).succeeded
     assert driver_image({"repository": "nvcr.io/nvidia", "image": "driver"}, version="550.127.05",
                         rhcos="417.94.2-0") == "nvcr.io/nvidia/driver:550.127.05-rhcos4.17"  # fmt: skip
+
+
+SPECS = [
+    {"what": "gpu-driver", "version": "550.127.05", "image": "nvcr.io/nvidia/driver:550.127.05-rhcos4.17"},
+    {"what": "mofed-driver", "version": "24.10-0.7.0.0",
+     "image": "nvcr.io/nvidia/mellanox/doca-driver:24.10-0.7.0.0-rhcos4.17-amd64"},
+]  # fmt: skip
+
+
+def test_build_pods_are_named_after_what_they_build_on_which_toolkit():
+    pods = build_pods(SPECS, namespace="nvidia-gpu-operator", dtk_image="dtk-a", rhcos="417.94.2-0")
+    names = [pod["metadata"]["name"] for pod in pods]
+    assert [name.rsplit("-", 1)[0] for name in names] == ["gpufleet-build-gpu-driver", "gpufleet-build-mofed-driver"]
+    assert names == [p["metadata"]["name"] for p in build_pods(SPECS, namespace="x", dtk_image="dtk-a", rhcos="r")]
+    again = build_pods(SPECS, namespace="nvidia-gpu-operator", dtk_image="dtk-b", rhcos="418.94.3-0")
+    assert not set(names) & {pod["metadata"]["name"] for pod in again}  # another toolkit, other pods
+    assert {pod["metadata"]["namespace"] for pod in pods} == {"nvidia-gpu-operator"}
+    assert [pod["spec"]["containers"][0]["image"] for pod in pods] == [spec["image"] for spec in SPECS]
+
+
+def test_plan_builds_creates_missing_pods_and_takes_over_an_earlier_runs():
+    pods = build_pods(SPECS, namespace="ns", dtk_image="dtk", rhcos="417.94.2-0")
+    gpu, mofed = (pod["metadata"]["name"] for pod in pods)
+    fresh = plan_builds(pods, {})
+    assert fresh.create == pods and fresh.leftovers == [] and fresh.changes
+    failed = {**pods[0], "status": {"phase": "Failed"}}
+    running = {**pods[1], "status": {"phase": "Running"}}
+    resumed = plan_builds(pods, {gpu: failed, mofed: running})
+    # The failed build is deleted and built again; the running one is waited for, then deleted.
+    assert [p["metadata"]["name"] for p in resumed.create] == [gpu]
+    assert [p["metadata"]["name"] for p in resumed.leftovers] == [gpu, mofed] and resumed.changes
+    assert not plan_builds([], {}).changes
+
+
+def test_build_pods_diff_shows_the_pods_created_and_the_leftovers_deleted():
+    pods = build_pods(SPECS, namespace="ns", dtk_image="dtk", rhcos="417.94.2-0")
+    gpu, mofed = (pod["metadata"]["name"] for pod in pods)
+    diff = build_pods_diff(plan_builds(pods, {}))
+    assert diff["before"] == {"pods": {}} and list(diff["after"]["pods"]) == [gpu, mofed]
+    assert diff["after"]["pods"][gpu]["spec"] == pods[0]["spec"] and diff["after_header"]
+    earlier = {
+        **pods[1],
+        "metadata": {**pods[1]["metadata"], "uid": "u-1", "resourceVersion": "42", "creationTimestamp": "t"},
+        "status": {"phase": "Succeeded"},
+    }
+    diff = build_pods_diff(plan_builds(pods, {mofed: earlier}))
+    assert list(diff["after"]["pods"]) == [gpu] and list(diff["before"]["pods"]) == [mofed]
+    # As a person compares it: no status, no server-managed metadata.
+    assert diff["before"]["pods"][mofed] == pods[1]
+    assert build_pods_diff(plan_builds([], {})) == {**diff, "before": {"pods": {}}, "after": {"pods": {}}}
