@@ -582,8 +582,9 @@ def estimate_cells(row: Mapping[str, Any]) -> List[str]:
     return [
         str(row["label"]),
         str(row["runs"]),
-        f"{row['p50_hours']} h",
-        f"{row['p90_hours']} h",
+        # None: not every run finished within the estimator's bound (a PDB that never allows, say).
+        "did not finish" if row["p50_hours"] is None else f"{row['p50_hours']} h",
+        "did not finish" if row["p90_hours"] is None else f"{row['p90_hours']} h",
         str(row["gpu_hours_lost"]),
         f"{100 * row['peak_capacity_loss']:.1f}%",
         f"{len(failed)}, in {row.get('runs_with_failed_nodes', 0)} of {row['runs']} runs" if failed else "0",

@@ -89,11 +89,19 @@ def test_rehearsed_promote_predicts_the_pdb_block_and_the_failing_node(fresh_twi
     assert "Check mode: the permission preflight and the snapshot's reads ran" in checked.output
     assert not rehearsal_dir.exists()
     assert writes(twin) == {}, writes(twin)
+    # With one candidate setting the window estimate runs too (gpufleet_twin.estimate on the snapshot, one seed).
+    candidate = {"maxParallelUpgrades": 1, "maxUnavailable": "25%"}
     rehearsal = run_playbook(
         "playbooks/rehearse.yml",
         twin=None,
         environment=account,
-        extra_vars={**common_vars(tmp_path), "stage": "promote", "rehearse_dir": str(rehearsal_dir)},
+        extra_vars={
+            **common_vars(tmp_path),
+            "stage": "promote",
+            "rehearse_dir": str(rehearsal_dir),
+            "rehearse_candidates": [candidate],
+            "rehearse_seeds": 1,
+        },
         timeout=900,
     )
     assert rehearsal.returncode == 0, rehearsal.output
@@ -112,6 +120,11 @@ def test_rehearsed_promote_predicts_the_pdb_block_and_the_failing_node(fresh_twi
     (failed_node,) = [failure["node"] for failure in predicted["failures"]]
     assert f"| {failed_node} | upgrade-failed |" in report
     assert "global timeout reached" in predicted["failures"][0]["reason"]
+    # The PDB that never allows holds the rollout the estimate drives too: it does not finish, so nothing fits.
+    (estimated,) = json.loads((rehearsal_dir / "estimate.json").read_text())["runs"]
+    assert (estimated["candidate"], estimated["finished"], estimated["nodes"]) == (candidate, False, 6)
+    assert "| maxParallelUpgrades 1, maxUnavailable 25% | 1 | did not finish | did not finish |" in report, report
+    assert "No candidate fits" in report, report
 
     # The same promote on the original twin meets both.
     real = run_playbook(

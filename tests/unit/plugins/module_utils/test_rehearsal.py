@@ -219,6 +219,8 @@ def test_a_setting_with_an_unfinished_run_never_fits():
     runs = [run({"a": 1}, 0, 1, 1, 0.0), run({"a": 1}, 1, 1, 1, 0.0, finished=False)]
     (row,) = build_estimate({"runs": runs}, window_hours=8, max_capacity_loss=1)["rows"]
     assert row["p90_hours"] is None and not row["fits"]
+    markdown = estimate_markdown([row], window_hours=8, max_capacity_loss=1)
+    assert "| a 1 | 2 | 1.0 h | did not finish | 1.0 | 0.0% | 0 | no |" in markdown
 
 
 def test_the_run_timeline_keeps_only_states_the_cluster_dated_while_the_run_ran():
