@@ -69,15 +69,15 @@ def pod(node_name: str, suffix: str, **meta: Any) -> dict:
 
 
 # A rollback re-used the old revision (OLD, bumped above NEW): pods still on it are in sync.
-REVISIONS = [revision(NEW, 2), revision(OLD, 3), revision("other", 9, owner="another-ds")]
+REVISIONS = (revision(NEW, 2), revision(OLD, 3), revision("other", 9, owner="another-ds"))
 
 
-def writes_for(nodes: list[dict], pods: list[dict], revisions: list[dict] = REVISIONS) -> dict[str, dict]:
+def writes_for(nodes: list[dict], pods: list[dict]) -> dict[str, dict]:
     found = needless_cycle_writes(
         nodes=nodes,
         driver_pods=pods,
         daemonsets=[daemonset()],
-        revisions=revisions,
+        revisions=REVISIONS,
         targets=[n["metadata"]["name"] for n in nodes],
     )
     return {write.name: write.patch for write in found}
@@ -85,8 +85,8 @@ def writes_for(nodes: list[dict], pods: list[dict], revisions: list[dict] = REVI
 
 def test_the_newest_revision_of_the_daemonset_names_the_hash_a_bumped_old_revision_included() -> None:
     assert newest_revision_hash(daemonset(), REVISIONS) == OLD
-    assert newest_revision_hash(daemonset(), [revision(OLD, 1), revision(NEW, 2)]) == NEW
-    assert newest_revision_hash(daemonset(), [revision("x", 4, owner="another-ds")]) is None
+    assert newest_revision_hash(daemonset(), (revision(OLD, 1), revision(NEW, 2))) == NEW
+    assert newest_revision_hash(daemonset(), (revision("x", 4, owner="another-ds"),)) is None
 
 
 def test_daemonsets_run_the_target_only_when_rendered_and_seen_by_their_controller() -> None:
