@@ -445,7 +445,7 @@ class DriverRollout:
             self.execute(scope_writes)
         else:
             self.execute(scope_writes)
-        if plan.pin is not None or self.options.scope != SCOPE_ALL:
+        if self.options.scope != SCOPE_ALL:
             self.execute(plan.in_phase(PHASE_TARGET))
         result.update(gitops_changes=list(self.gitops_deferred), gitops_pending=bool(self.gitops_deferred))
         if self.gitops_deferred:  # the rest waits for the commit to be synced: the caller commits these, runs again
