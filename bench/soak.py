@@ -52,7 +52,6 @@ from tests.integration.fault_matrix import (  # noqa: E402
     GPU_NODES,
     Case,
     Group,
-    NextFailed,
     assert_marks_explained,
     assert_matrix_agrees,
     assert_outcome,
@@ -80,11 +79,9 @@ KILL_AFTER = 15  # real seconds after the killed promote or rollback took the Le
 # What a broken invariant means when another branch is already fixing it (tests/integration/fault_matrix_cases.py's
 # KNOWN_BUGS): (group, fault kind or None for any, exception type, the bug, how its message starts). Empty: the
 # bugs the first soak named (the operator CSV left after a rollback, the Next of a halted firmware, driver and
-# OpenShift canary, the rollback after a halted or refused promote) are fixed but the driver-build one; anything
-# else broken now is NEW.
-KNOWN: list[tuple[str, str | None, type[AssertionError], str, str]] = [
-    ("gpu_operator", "driver-build-fails", NextFailed, "driver-build-fails Next", ""),
-]
+# OpenShift canary, the rollback after a halted or refused promote, the driver-build one) are fixed; anything broken
+# now is NEW.
+KNOWN: list[tuple[str, str | None, type[AssertionError], str, str]] = []
 
 
 # -- the matrix ---------------------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     POOL_MOVE_WAS_UNSCHEDULABLE,
     SCOPE_ALL,
     SCOPE_CANARY,
+    STATE_LABEL,
     ClusterView,
     RolloutPlan,
     RolloutRequest,
@@ -79,6 +80,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     node_label_view,
     plan_rollout,
     release_write,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_settle import (
+    daemonsets_run_target,
+    needless_cycle_writes,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import (
     BUILTIN_UPGRADE_POLICY_FIELDS,
@@ -116,6 +121,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events impor
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, drain_pods, patch_node
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
+    CONTROLLER_REVISIONS,
     DAEMONSETS,
     EVENTS,
     MACHINE_CONFIG_POOLS,
@@ -131,6 +137,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait
 CRDS = ResourceRef("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 CLUSTER_POLICY_CRD = "clusterpolicies.nvidia.com"
 NVIDIA_DRIVER_CRD = "nvidiadrivers.nvidia.com"
+# How long a fleet-wide run waits for the operator to render its target before releasing held nodes anyway (the
+# operator reconciles a ClusterPolicy change in seconds; wall-clock seconds).
+SETTLE_TIMEOUT = 120.0
 REFS = {"ClusterPolicy": CLUSTER_POLICIES, "NVIDIADriver": NVIDIA_DRIVERS, "Node": NODES}
 # Node Events of cluster-scoped objects live in "default" (client-go's recorder puts them there).
 NODE_EVENTS_NAMESPACE = "default"
@@ -427,9 +436,17 @@ class DriverRollout:
                 effective=effective,
                 result=result,
             )
+        elif self.options.scope == SCOPE_ALL:
+            # The target first, the held nodes still held; those whose pod already runs it skip the cycle; then
+            # the holds go (a rollback's nodes never start the driver being taken back).
+            self.execute(plan.in_phase(PHASE_TARGET))
+            if not self.gitops_deferred and self.options.wait:
+                self.skip_needless_cycles(cluster, plan=plan, target=target)
+            self.execute(scope_writes)
         else:
             self.execute(scope_writes)
-        self.execute(plan.in_phase(PHASE_TARGET))
+        if self.options.scope != SCOPE_ALL:
+            self.execute(plan.in_phase(PHASE_TARGET))
         result.update(gitops_changes=list(self.gitops_deferred), gitops_pending=bool(self.gitops_deferred))
         if self.gitops_deferred:  # the rest waits for the commit to be synced: the caller commits these, runs again
             return self._finish(result)
@@ -455,6 +472,42 @@ class DriverRollout:
                 result=result,
             )
         return self._finish(result)
+
+    def skip_needless_cycles(self, cluster: ClusterRead, *, plan: RolloutPlan, target: DriverTarget) -> None:
+        """Held upgrade-required nodes whose driver pod already runs the target's revision go to upgrade-done
+        before their release (``_gpu_driver_settle``); when the DaemonSets do not show the target in time the
+        controller cycles them, as it would anyway."""
+        wanted = set(plan.targets)
+        if not any(
+            name_of(node) in wanted and labels_of(node).get(STATE_LABEL) == "upgrade-required" for node in cluster.nodes
+        ):
+            return
+
+        def observe() -> List[Dict[str, Any]]:
+            return self.api.list(DAEMONSETS, namespace=cluster.namespace, label_selector=DRIVER_COMPONENT_SELECTOR)
+
+        try:
+            outcome = wait_until(
+                observe,
+                lambda found: daemonsets_run_target(found, target_version=target.version),
+                timeout=min(self._remaining(), SETTLE_TIMEOUT),
+                sleep=min(self.options.wait_sleep, SETTLE_TIMEOUT / 10),
+                what=f"the driver DaemonSets to render driver {target.version}",
+                clock=self.clock.monotonic,
+                pause=self.clock.pause,
+            )
+        except WaitTimeoutError as err:
+            self.warnings.append(f"{err.msg}: nodes waiting for an upgrade go through the controller's cycle")
+            return
+        self.execute(
+            needless_cycle_writes(
+                nodes=self.api.list(NODES),
+                driver_pods=self.api.list(PODS, namespace=cluster.namespace, label_selector=DRIVER_COMPONENT_SELECTOR),
+                daemonsets=outcome.value,
+                revisions=self.api.list(CONTROLLER_REVISIONS, namespace=cluster.namespace),
+                targets=plan.targets,
+            )
+        )
 
     # -- without the upgrade controller ---------------------------------------------------------
     def run_without_controller(

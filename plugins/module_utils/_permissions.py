@@ -429,6 +429,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, _L, "", "pods"),
             _g(UPGRADE_ROLE, _L, "", "events"),
             _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
+            # A fleet-wide run compares held nodes' driver pods with the DaemonSet's newest revision.
+            _g(GPU_OPERATOR_ROLE, _L, "apps", "controllerrevisions"),
         ),
     ),
     "gitops_application": (

@@ -38,6 +38,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     CLUSTER_POLICIES,
     CLUSTER_VERSIONS,
     CONFIGMAPS,
+    CONTROLLER_REVISIONS,
     CSVS,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -63,7 +64,6 @@ SNAPSHOT_FORMAT = 1
 
 REPLICA_SETS = ResourceRef("apps/v1", "replicasets", "ReplicaSet", True)
 STATEFUL_SETS = ResourceRef("apps/v1", "statefulsets", "StatefulSet", True)
-CONTROLLER_REVISIONS = ResourceRef("apps/v1", "controllerrevisions", "ControllerRevision", True)
 SRIOV_NODE_POLICIES = ResourceRef(
     "sriovnetwork.openshift.io/v1", "sriovnetworknodepolicies", "SriovNetworkNodePolicy", True
 )

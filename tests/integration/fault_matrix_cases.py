@@ -25,7 +25,6 @@ from .fault_matrix import (
     Case,
     Group,
     Halt,
-    NextFailed,
     assert_marks_explained,
     assert_matrix_agrees,
     assert_outcome,
@@ -281,21 +280,7 @@ CASES: list[tuple[str, Case]] = [
 
 # Cases that expose a bug not fixed here: strict, so the fix turns them into failures to remove the mark; with
 # ``raises`` only that failure is expected (any other broken invariant still fails the case).
-KNOWN_BUGS: dict[str, dict[str, Any]] = {
-    "driver-build-fails": {
-        "reason": (
-            "issue 16 item 4, what is left: after a canary halted by a driver that does not build, the report's Next "
-            "(stage=rollback), the fault cleared, puts the old driver back, but the upgrade controller takes the "
-            "failed canary back to service without validating it (k8s-operator-libs ProcessUpgradeFailedNodes: "
-            "upgrade-failed to uncordon-required) and workloads (ml-training/llm-train-01, 2 x 4 GPUs) take all 8 "
-            "GPUs, so the smoke gates never find one free. Holding the canary cordoned with the controller's "
-            "node-initial-state annotation stalls the rollback instead: the held canary keeps the budget's one slot "
-            "while the controller must still take the other nodes, left upgrade-required by the canary stage, "
-            "through a cycle each (docs/reliability.md)"
-        ),
-        "raises": NextFailed,
-    },
-}
+KNOWN_BUGS: dict[str, dict[str, Any]] = {}
 
 
 def known_bug(name: str) -> list[pytest.MarkDecorator]:

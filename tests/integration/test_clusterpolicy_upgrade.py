@@ -333,6 +333,33 @@ def test_a_driver_that_cannot_build_halts_the_rollout_at_that_node(twin_factory,
     run, _result = run_module(twin, tmp_path, {"driver": {"version": UNBUILDABLE}})
     assert run.returncode != 0 and "upgrade-failed from an earlier attempt" in run.output
 
+    # The rollback: the DaemonSet re-uses its old ControllerRevision, so the held nodes' pods are in sync again;
+    # they go to upgrade-done (never cordoned, their pods kept) while the failed nodes are retried.
+    held = sorted(set(nodes) - started)
+    pods_before = {
+        pod["spec"]["nodeName"]: pod["metadata"]["uid"]
+        for pod in get_json(twin, "pods", "-A", "-l", "app.kubernetes.io/component=nvidia-driver")["items"]
+    }
+    twin.admin("POST", "report/reset")
+    run, result = run_module(twin, tmp_path, {"driver": {"version": old}, "retry_failed_nodes": True})
+    assert run.returncode == 0, run.output
+    assert set(driver_versions(twin).values()) == {old}
+    assert set(states(twin).values()) == {"upgrade-done"}
+    reset = [
+        p
+        for p in result["patches"]
+        if p["kind"] == "Node" and p["patch"] == {"metadata": {"labels": {STATE: "upgrade-done"}}}
+    ]
+    assert sorted(p["name"] for p in reset) == held
+    pods_after = {
+        pod["spec"]["nodeName"]: pod["metadata"]["uid"]
+        for pod in get_json(twin, "pods", "-A", "-l", "app.kubernetes.io/component=nvidia-driver")["items"]
+    }
+    assert all(pods_after[name] == pods_before[name] for name in held)
+    intervals = twin.report()["nodes"]["unavailable_intervals"]
+    assert not any(intervals.get(name) for name in held), intervals
+    assert not any(node["spec"].get("unschedulable") for node in gpu_nodes(twin).values())
+
 
 def test_max_unavailable_holds_while_a_node_was_already_cordoned(twin_factory, tmp_path):
     twin = twin_factory(scenario={"workloads": False, "cordoned": ["gpu-worker-003"]})

@@ -10,7 +10,6 @@ import pytest
 
 from .fault_matrix import (
     Halt,
-    NextFailed,
     assert_marks_explained,
     assert_outcome,
     assert_within_budget,
@@ -44,13 +43,6 @@ def test_sigkill_of_the_process_group_mid_stage_then_rerun(groups: Groups) -> No
         sigkill_then_rerun(group)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    raises=NextFailed,
-    reason="issue 16, found by the session-8 merge: the rollback after the halted promote waits for free GPUs on "
-    "gpu-worker-001 and its gate is never scheduled (Insufficient nvidia.com/gpu): an infrastructure failure, the "
-    "cause of driver-build-fails' (fault_matrix_cases.KNOWN_BUGS)",
-)
 def test_a_refused_promote_says_so_and_its_next_promotes_a_halted_promote_rolls_back_to_production(
     groups: Groups,
 ) -> None:
