@@ -40,5 +40,9 @@ def test_bad_candidates_are_refused_naming_the_option(tmp_path: Path, capsys):
     assert main(["--snapshot", str(tmp_path), "--candidates", "{nope", "--out", str(out)]) == 2
     assert "--candidates: not JSON" in capsys.readouterr().err
     assert main(["--snapshot", str(tmp_path), "--candidates", "[]", "--out", str(out)]) == 2
+    capsys.readouterr()
+    domains = '[{"maxUnavailable": "10%"}, {"maxPerDomain": 1, "autoUpgrade": false}]'
+    assert main(["--snapshot", str(tmp_path), "--candidates", domains, "--out", str(out)]) == 2
+    assert "--candidates: autoUpgrade, maxPerDomain not a field" in capsys.readouterr().err
     assert main(["--snapshot", str(tmp_path / "missing"), "--candidates", "[{}]", "--out", str(out)]) == 2
     assert not out.exists()

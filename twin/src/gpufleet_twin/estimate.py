@@ -218,6 +218,10 @@ def estimate(
     }
 
 
+# The fields of the ClusterPolicy CRD's spec.driver.upgradePolicy (nvidia.com/v1) a candidate may set.
+CANDIDATE_FIELDS = ("drain", "maxParallelUpgrades", "maxUnavailable", "podDeletion", "waitForCompletion")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--snapshot", type=Path, required=True)
@@ -237,6 +241,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates) or not candidates:
         print("--candidates: expected a JSON list of objects", file=sys.stderr)
+        return 2
+    unknown = sorted({key for candidate in candidates for key in candidate} - set(CANDIDATE_FIELDS))
+    if unknown:
+        print(
+            f"--candidates: {', '.join(unknown)} not a field of the ClusterPolicy's driver.upgradePolicy that the "
+            f"estimate sets ({', '.join(CANDIDATE_FIELDS)}; autoUpgrade is always on: the estimate drives the "
+            "upgrade controller, which has no failure-domain caps)",
+            file=sys.stderr,
+        )
         return 2
     if not options.snapshot.is_dir() or not 0 <= options.jitter < 1 or options.seeds < 1:
         print("--snapshot must be a folder, --jitter in [0, 1), --seeds at least 1", file=sys.stderr)
