@@ -59,8 +59,9 @@ def _controller_uid(obj: Mapping[str, Any]) -> str:
 
 
 def newest_revision_hash(daemonset: Mapping[str, Any], revisions: Sequence[Mapping[str, Any]]) -> Optional[str]:
-    """The hash the upgrade controller compares pods with: the name suffix of the highest revision the DaemonSet owns
-    and that is named after it (``<daemonset>-<hash>``, as pod_manager.go filters them since k8s-operator-libs cf74a6e)."""
+    """The hash the upgrade controller compares pods with: the name suffix of the highest revision the DaemonSet
+    owns and that is named after it (``<daemonset>-<hash>``, pod_manager.go's filter since k8s-operator-libs
+    cf74a6e)."""
     name = name_of(daemonset)
     owned = [
         rev for rev in revisions if _controller_uid(rev) == _uid(daemonset) and name_of(rev).startswith(f"{name}-")
