@@ -499,6 +499,11 @@ def render_html(prediction: Mapping[str, Any], *, title: str) -> str:
         for row in estimate["rows"]:
             parts.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in estimate_cells(row)) + "</tr>")
         parts.append("</table>")
+        failures = estimate_failures(estimate["rows"])
+        if failures:
+            parts.append("<p>Nodes that ended upgrade-failed:</p><ul>")
+            parts += [f"<li>{html.escape(line)}</li>" for line in failures]
+            parts.append("</ul>")
         chosen = estimate.get("chosen")
         parts.append(
             f"<p>Smallest setting that fits: <strong>{html.escape(candidate_label(chosen))}</strong></p>"
@@ -548,6 +553,19 @@ def estimate_rows(
                 "peak_capacity_loss": round(loss, 4),
                 "failed_nodes": sorted({n for r in group for n in r.get("failed_nodes") or []}),
                 "runs_with_failed_nodes": len(failing),
+                # Why, as the upgrade controller said it (its last Warning Event on the node), from the first run
+                # that gives a reason.
+                "failure_reasons": {
+                    node: next(
+                        (
+                            str(r["failure_reasons"][node])
+                            for r in failing
+                            if (r.get("failure_reasons") or {}).get(node)
+                        ),
+                        "",
+                    )
+                    for node in sorted({n for r in failing for n in r.get("failed_nodes") or []})
+                },
                 # A node that ends upgrade-failed (a drain past its timeout, a driver that does not start) halts the
                 # collection's stage there: a setting under which any run has one does not fit, however fast.
                 "fits": p90 is not None and p90 / 3600 <= window_hours and loss <= max_capacity_loss and not failing,
@@ -592,9 +610,21 @@ def estimate_cells(row: Mapping[str, Any]) -> List[str]:
     ]
 
 
+def estimate_failures(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """One line per node that failed under a candidate: the setting, the node and why."""
+    return [
+        f"{row['label']}: {node}: {reason or 'no reason recorded'}"
+        for row in rows
+        for node, reason in sorted((row.get("failure_reasons") or {}).items())
+    ]
+
+
 def estimate_markdown(rows: Sequence[Mapping[str, Any]], *, window_hours: float, max_capacity_loss: float) -> str:
     lines = ["| " + " | ".join(ESTIMATE_HEADER) + " |", "|" + "---|" * len(ESTIMATE_HEADER)]
     lines += ["| " + " | ".join(estimate_cells(row)) + " |" for row in rows]
+    failures = estimate_failures(rows)
+    if failures:
+        lines += ["", "Nodes that ended upgrade-failed:", ""] + [f"- {line}" for line in failures]
     chosen = smallest_fitting(rows)
     lines.append("")
     limits = f"{window_hours} h window, at most {100 * max_capacity_loss:.0f}% of GPUs away"

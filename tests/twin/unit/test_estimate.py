@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet_twin.estimate import main, node_seconds, summarize
+from gpufleet_twin.estimate import failure_reasons, main, node_seconds, summarize
 
 
 def test_node_seconds_are_seeded_per_node_and_bounded():
@@ -46,3 +46,29 @@ def test_bad_candidates_are_refused_naming_the_option(tmp_path: Path, capsys):
     assert "--candidates: autoUpgrade, maxPerDomain not a field" in capsys.readouterr().err
     assert main(["--snapshot", str(tmp_path / "missing"), "--candidates", "[{}]", "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_failure_reasons_are_the_last_warning_on_each_failed_node_since_the_run_began():
+    def event(name: str, kind: str, kind_of_event: str, stamp: str, message: str) -> dict:
+        return {
+            "involvedObject": {"kind": kind, "name": name},
+            "type": kind_of_event,
+            "lastTimestamp": stamp,
+            "message": message,
+        }
+
+    events = [
+        event("a", "Node", "Warning", "2026-01-01T00:00:00Z", "before the run"),
+        event("a", "Node", "Warning", "2026-01-01T01:00:00Z", "Failed to drain the node, global timeout reached"),
+        event("a", "Node", "Normal", "2026-01-01T02:00:00Z", "Successfully updated node state label"),
+        event("a", "Pod", "Warning", "2026-01-01T03:00:00Z", "not the node"),
+        event("b", "Node", "Warning", "2026-01-01T00:30:00Z", "b failed earlier"),
+        event("b", "Node", "Warning", "2026-01-01T00:40:00Z", "b failed later"),
+        event("c", "Node", "Warning", "2026-01-01T05:00:00Z", "c did not fail"),
+    ]
+    reasons = failure_reasons(events, ["a", "b", "d"], since="2026-01-01T00:10:00Z")
+    assert reasons == {
+        "a": "Failed to drain the node, global timeout reached",
+        "b": "b failed later",
+        "d": "",
+    }

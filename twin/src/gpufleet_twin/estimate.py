@@ -135,9 +135,30 @@ async def run_once(
             n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(flavor.state_label, "")
             for n in _gpu_nodes(twin, kinds)
         }
+        events = twin.store.list(kinds.event)
     finally:
         await twin.stop_controllers()
-    return summarize(report, started=started, finished_at=finished_at, states=states)
+    summary = summarize(report, started=started, finished_at=finished_at, states=states)
+    summary["failure_reasons"] = failure_reasons(events, summary["failed_nodes"], since=twin.clock.iso(started))
+    return summary
+
+
+def failure_reasons(events: list[Obj], nodes: list[str], *, since: str) -> dict[str, str]:
+    """Per failed node, the last Warning Event on it from ``since`` (the run's start, RFC 3339 as the twin's Events
+    stamp it): the upgrade controller's word for why it failed; "" when there is none."""
+    wanted = set(nodes)
+    latest: dict[str, tuple[str, str]] = {}
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        name = str(involved.get("name") or "")
+        if event.get("type") != "Warning" or involved.get("kind") != "Node" or name not in wanted:
+            continue
+        stamp = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        if stamp < since:
+            continue
+        if name not in latest or stamp >= latest[name][0]:
+            latest[name] = (stamp, str(event.get("message") or ""))
+    return {name: latest[name][1] if name in latest else "" for name in sorted(wanted)}
 
 
 def _settled(twin: Any, kinds: Kinds) -> bool:

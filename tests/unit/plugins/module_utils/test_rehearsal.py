@@ -201,9 +201,13 @@ def test_a_setting_under_which_nodes_fail_never_fits_and_the_table_says_how_ofte
     (upgrade-failed) in two runs of three. The stage halts at such a node: fast as it is, the setting does not fit."""
     wide, mid = {"maxParallelUpgrades": 20}, {"maxParallelUpgrades": 10}
     runs = [
-        dict(run(wide, 0, 2.7, 194, 0.09), failed_nodes=["n1", "n2", "n3"]),
+        dict(
+            run(wide, 0, 2.7, 194, 0.09),
+            failed_nodes=["n1", "n2", "n3"],
+            failure_reasons={"n1": "Failed to drain the node, global timeout reached", "n2": "", "n3": ""},
+        ),
         run(wide, 1, 2.2, 192, 0.10),
-        dict(run(wide, 2, 2.4, 188, 0.085), failed_nodes=["n3", "n4"]),
+        dict(run(wide, 2, 2.4, 188, 0.085), failed_nodes=["n3", "n4"], failure_reasons={"n3": "driver pod failing"}),
         *(run(mid, seed, hours, 188, 0.05) for seed, hours in enumerate((3.7, 3.6, 3.5))),
     ]
     estimate = build_estimate({"runs": runs}, window_hours=8, max_capacity_loss=0.15)
@@ -213,6 +217,10 @@ def test_a_setting_under_which_nodes_fail_never_fits_and_the_table_says_how_ofte
     markdown = estimate_markdown(estimate["rows"], window_hours=8, max_capacity_loss=0.15)
     assert "| maxParallelUpgrades 20 | 3 | 2.4 h | 2.7 h | 192.0 | 10.0% | 4, in 2 of 3 runs | no |" in markdown
     assert "| maxParallelUpgrades 10 | 3 | 3.6 h | 3.7 h | 188.0 | 5.0% | 0 | yes |" in markdown
+    assert "- maxParallelUpgrades 20: n1: Failed to drain the node, global timeout reached" in markdown
+    assert "- maxParallelUpgrades 20: n2: no reason recorded" in markdown
+    assert "- maxParallelUpgrades 20: n3: driver pod failing" in markdown
+    assert "n4: no reason recorded" in markdown
 
 
 def test_a_setting_with_an_unfinished_run_never_fits():
