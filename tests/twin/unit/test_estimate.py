@@ -65,10 +65,21 @@ def test_failure_reasons_are_the_last_warning_on_each_failed_node_since_the_run_
         event("b", "Node", "Warning", "2026-01-01T00:30:00Z", "b failed earlier"),
         event("b", "Node", "Warning", "2026-01-01T00:40:00Z", "b failed later"),
         event("c", "Node", "Warning", "2026-01-01T05:00:00Z", "c did not fail"),
+        # e: no Warning, only the controller's state changes (a driver pod that kept failing).
+        event("e", "Node", "Normal", "2026-01-01T01:00:00Z", "Successfully updated node state label to drain-required"),
+        event("e", "Node", "Normal", "2026-01-01T01:10:00Z", "Successfully updated node state label to upgrade-failed"),
+        event(
+            "e",
+            "Node",
+            "Normal",
+            "2026-01-01T01:05:00Z",
+            "Successfully updated node state label to pod-restart-required",
+        ),
     ]
-    reasons = failure_reasons(events, ["a", "b", "d"], since="2026-01-01T00:10:00Z")
+    reasons = failure_reasons(events, ["a", "b", "d", "e"], since="2026-01-01T00:10:00Z")
     assert reasons == {
         "a": "Failed to drain the node, global timeout reached",
         "b": "b failed later",
         "d": "",
+        "e": "failed in pod-restart-required",
     }

@@ -143,22 +143,37 @@ async def run_once(
     return summary
 
 
+STATE_CHANGED = "Successfully updated node state label to "
+
+
 def failure_reasons(events: list[Obj], nodes: list[str], *, since: str) -> dict[str, str]:
-    """Per failed node, the last Warning Event on it from ``since`` (the run's start, RFC 3339 as the twin's Events
-    stamp it): the upgrade controller's word for why it failed; "" when there is none."""
+    """Per failed node, why, from its Events since ``since`` (the run's start, RFC 3339 as the twin stamps them):
+    the last Warning on it (a drain past its timeout, say), else the upgrade state it failed in (the controller
+    records a state change as a Normal Event, and some failures, a driver pod that keeps failing or a validation
+    past its timeout, only as that change); "" when neither is there."""
     wanted = set(nodes)
-    latest: dict[str, tuple[str, str]] = {}
+    warnings: dict[str, tuple[str, str]] = {}
+    states: dict[str, list[tuple[str, str]]] = {}
     for event in events:
         involved = event.get("involvedObject") or {}
         name = str(involved.get("name") or "")
-        if event.get("type") != "Warning" or involved.get("kind") != "Node" or name not in wanted:
-            continue
         stamp = str(event.get("lastTimestamp") or event.get("eventTime") or "")
-        if stamp < since:
+        if involved.get("kind") != "Node" or name not in wanted or stamp < since:
             continue
-        if name not in latest or stamp >= latest[name][0]:
-            latest[name] = (stamp, str(event.get("message") or ""))
-    return {name: latest[name][1] if name in latest else "" for name in sorted(wanted)}
+        message = str(event.get("message") or "")
+        if event.get("type") == "Warning":
+            if name not in warnings or stamp >= warnings[name][0]:
+                warnings[name] = (stamp, message)
+        elif message.startswith(STATE_CHANGED):
+            states.setdefault(name, []).append((stamp, message[len(STATE_CHANGED) :]))
+    reasons = {}
+    for name in sorted(wanted):
+        if name in warnings:
+            reasons[name] = warnings[name][1]
+            continue
+        before = [state for _stamp, state in sorted(states.get(name, [])) if state != um.STATE_FAILED]
+        reasons[name] = f"failed in {before[-1]}" if before else ""
+    return reasons
 
 
 def _settled(twin: Any, kinds: Kinds) -> bool:
