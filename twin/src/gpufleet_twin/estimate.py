@@ -125,22 +125,33 @@ async def run_once(
                 twin.store.mutate(kinds.node, None, node["metadata"]["name"], release)
         target = driver_version or cluster_policy["spec"]["driver"].get("version")
         finished_at = None
+        # Read when a node fails: Events expire an hour after they are recorded (--event-ttl), and a run lasts hours.
+        reasons: dict[str, str] = {}
+        since = twin.clock.iso(started)
         for _step in range(int(max_hours * 3600 / STEP_SECONDS)):
             await _advance(twin, STEP_SECONDS)
-            if all(_node_finished(node, flavor=flavor, target=target) for node in _gpu_nodes(twin, kinds)):
+            nodes = _gpu_nodes(twin, kinds)
+            failed = [name_of(n) for n in nodes if _state(n, flavor) == um.STATE_FAILED and name_of(n) not in reasons]
+            if failed:
+                reasons.update(failure_reasons(twin.store.list(kinds.event), failed, since=since))
+            if all(_node_finished(node, flavor=flavor, target=target) for node in nodes):
                 finished_at = twin.clock.now()
                 break
         report = recorder.report()
-        states = {
-            n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(flavor.state_label, "")
-            for n in _gpu_nodes(twin, kinds)
-        }
-        events = twin.store.list(kinds.event)
+        states = {name_of(n): _state(n, flavor) for n in _gpu_nodes(twin, kinds)}
     finally:
         await twin.stop_controllers()
     summary = summarize(report, started=started, finished_at=finished_at, states=states)
-    summary["failure_reasons"] = failure_reasons(events, summary["failed_nodes"], since=twin.clock.iso(started))
+    summary["failure_reasons"] = {name: reasons.get(name, "") for name in summary["failed_nodes"]}
     return summary
+
+
+def name_of(obj: Obj) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def _state(node: Obj, flavor: Any) -> str:
+    return str((node["metadata"].get("labels") or {}).get(flavor.state_label, ""))
 
 
 STATE_CHANGED = "Successfully updated node state label to "
