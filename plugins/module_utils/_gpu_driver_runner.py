@@ -82,6 +82,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     release_write,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_settle import (
+    STATE_REQUIRED,
     daemonsets_run_target,
     needless_cycle_writes,
 )
@@ -436,6 +437,7 @@ class DriverRollout:
                 effective=effective,
                 result=result,
             )
+            self.execute(plan.in_phase(PHASE_TARGET))
         elif self.options.scope == SCOPE_ALL:
             # The target first, the held nodes still held; those whose pod already runs it skip the cycle; then
             # the holds go (a rollback's nodes never start the driver being taken back).
@@ -445,7 +447,6 @@ class DriverRollout:
             self.execute(scope_writes)
         else:
             self.execute(scope_writes)
-        if self.options.scope != SCOPE_ALL:
             self.execute(plan.in_phase(PHASE_TARGET))
         result.update(gitops_changes=list(self.gitops_deferred), gitops_pending=bool(self.gitops_deferred))
         if self.gitops_deferred:  # the rest waits for the commit to be synced: the caller commits these, runs again
@@ -479,7 +480,7 @@ class DriverRollout:
         controller cycles them, as it would anyway."""
         wanted = set(plan.targets)
         if not any(
-            name_of(node) in wanted and labels_of(node).get(STATE_LABEL) == "upgrade-required" for node in cluster.nodes
+            name_of(node) in wanted and labels_of(node).get(STATE_LABEL) == STATE_REQUIRED for node in cluster.nodes
         ):
             return
 

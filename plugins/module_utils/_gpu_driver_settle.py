@@ -39,14 +39,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     node_label_view,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import driver_version_of_image
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import DRIVER_CONTAINER
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import DRIVER_CONTAINER, STATE_DONE
 
 REVISION_HASH_LABEL = "controller-revision-hash"
 INITIAL_STATE_ANNOTATION = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 REQUESTED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-requested"
 SAFE_LOAD_ANNOTATION = "nvidia.com/gpu-driver-upgrade.driver-wait-for-safe-load"
 STATE_REQUIRED = "upgrade-required"
-STATE_DONE = "upgrade-done"
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

@@ -131,14 +131,14 @@ async def run_once(
         for _step in range(int(max_hours * 3600 / STEP_SECONDS)):
             await _advance(twin, STEP_SECONDS)
             nodes = _gpu_nodes(twin, kinds)
-            failed = [name_of(n) for n in nodes if _state(n, flavor) == um.STATE_FAILED and name_of(n) not in reasons]
+            failed = [_name(n) for n in nodes if _state(n, flavor) == um.STATE_FAILED and _name(n) not in reasons]
             if failed:
                 reasons.update(failure_reasons(twin.store.list(kinds.event), failed, since=since))
             if all(_node_finished(node, flavor=flavor, target=target) for node in nodes):
                 finished_at = twin.clock.now()
                 break
         report = recorder.report()
-        states = {name_of(n): _state(n, flavor) for n in _gpu_nodes(twin, kinds)}
+        states = {_name(n): _state(n, flavor) for n in _gpu_nodes(twin, kinds)}
     finally:
         await twin.stop_controllers()
     summary = summarize(report, started=started, finished_at=finished_at, states=states)
@@ -146,7 +146,7 @@ async def run_once(
     return summary
 
 
-def name_of(obj: Obj) -> str:
+def _name(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
 
 
@@ -198,11 +198,12 @@ def _settled(twin: Any, kinds: Kinds) -> bool:
 
 def _node_finished(node: Obj, *, flavor: Any, target: str | None) -> bool:
     """Failed, or done with the target driver loaded (GFD's label), so a node resting from before is not done."""
-    labels = node["metadata"].get("labels") or {}
-    state = labels.get(flavor.state_label, "")
+    state = _state(node, flavor)
     if state == um.STATE_FAILED:
         return True
-    return state == um.STATE_DONE and (target is None or labels.get(DRIVER_LABEL) == target)
+    return state == um.STATE_DONE and (
+        target is None or (node["metadata"].get("labels") or {}).get(DRIVER_LABEL) == target
+    )
 
 
 def summarize(report: Obj, *, started: float, finished_at: float | None, states: dict[str, str]) -> Obj:
