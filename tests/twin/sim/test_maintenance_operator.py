@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from simharness import SimCluster, make_cluster
 
+from gpufleet_twin.harness.scenario import ScenarioError, parse_scenario
 from gpufleet_twin.machinery import errors
 from gpufleet_twin.machinery.registry import ResourceType
 from gpufleet_twin.operators import maintenance_operator as mo
@@ -259,3 +260,22 @@ def test_schedule_is_pure_and_counts_percentages_as_upstream() -> None:
     busy = [nm("running", "n7", "b", reason=mo.DRAINING), nm("b1", "n5", "b"), nm("a1", "n6", "a")]
     chosen = mo.schedule(nodes, busy, max_parallel=2, max_unavailable=None)
     assert [c["metadata"]["name"] for c in chosen] == ["b1"]
+
+
+def test_scenario_key_turns_it_on_with_a_config() -> None:
+    scenario = parse_scenario({"maintenance_operator": {"maxParallelOperations": "50%", "maxUnavailable": 1}})
+    assert scenario.maintenance_operator == {"maxParallelOperations": "50%", "maxUnavailable": 1}
+    assert parse_scenario({"maintenance_operator": True}).maintenance_operator == {}
+    assert parse_scenario({}).maintenance_operator is None
+    with pytest.raises(ScenarioError, match="unknown keys"):
+        parse_scenario({"maintenance_operator": {"maxParallel": 2}})
+
+    async def scenario_run() -> None:
+        cluster = make_cluster(nodes=1)
+        assert cluster.twin.registry.get(mo.GROUP, "nodemaintenances") is None  # off by default
+        mo.install(cluster.twin, config={"maxParallelOperations": 2})
+        config = cluster.store.get(rtype(cluster, "maintenanceoperatorconfigs"), mo.NAMESPACE, mo.CONFIG_NAME)
+        # The CRD's defaults apply to what the scenario left out.
+        assert config["spec"] == {"maxParallelOperations": 2, "maxNodeMaintenanceTimeSeconds": 3600, "logLevel": "info"}
+
+    asyncio.run(scenario_run())

@@ -1,6 +1,6 @@
 """The twin's Maintenance Operator (``serve --maintenance-operator``) with kubectl, as a user would see it.
 
-One served twin (plain Kubernetes, one GPU worker): ``kubectl apply`` of a MaintenanceOperatorConfig and a
+One served twin (plain Kubernetes, one GPU worker): the scenario key's MaintenanceOperatorConfig, ``kubectl apply`` of a
 NodeMaintenance, ``kubectl get nodemaintenances`` with the upstream printer columns, ``kubectl wait`` on the
 Ready condition, the node shown SchedulingDisabled, the webhook refusing a request for a node that does not
 exist, and ``kubectl delete`` uncordoning the node.  Waits advance the twin's clock and judge by its state.
@@ -18,15 +18,6 @@ from gpufleet_twin.process import TwinProcess, start_twin
 
 NODE = "gpu-worker-001"
 MANIFESTS = f"""
-apiVersion: maintenance.nvidia.com/v1alpha1
-kind: MaintenanceOperatorConfig
-metadata:
-  name: default
-  namespace: maintenance-operator
-spec:
-  maxParallelOperations: 1
-  maxUnavailable: 1
----
 apiVersion: maintenance.nvidia.com/v1alpha1
 kind: NodeMaintenance
 metadata:
@@ -49,7 +40,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinProcess]:
     # test_maintenance_operator.py covers drains).
     workdir = tmp_path_factory.mktemp("mo")
     scenario = workdir / "scenario.yaml"
-    scenario.write_text("description: Maintenance Operator with kubectl\nworkloads: false\n")
+    scenario.write_text(
+        "description: Maintenance Operator with kubectl\nworkloads: false\n"
+        "maintenance_operator: {maxParallelOperations: 1, maxUnavailable: 1}\n"
+    )
     twin = start_twin(
         nodes=1,
         profile="kubernetes",
@@ -94,6 +88,8 @@ def phase(twin: TwinProcess, name: str) -> str:
 def test_kubectl_sees_node_maintenance_like_a_real_cluster(served: TwinProcess) -> None:
     resources = kubectl(served, "api-resources", "--api-group=maintenance.nvidia.com", "-o", "name").stdout.split()
     assert resources == ["maintenanceoperatorconfigs.maintenance.nvidia.com", "nodemaintenances.maintenance.nvidia.com"]
+    config = kubectl(served, "get", "maintenanceoperatorconfig", "default", "-n", "maintenance-operator", "-o", "json")
+    assert json.loads(config.stdout)["spec"]["maxUnavailable"] == 1  # from the scenario key
     kubectl(served, "apply", "-f", "-", stdin=MANIFESTS)
     name = f"upgrade-{NODE}"
     advance_until(served, lambda: phase(served, name) == "Ready", what="NodeMaintenance Ready", sim_seconds=300)
@@ -113,7 +109,7 @@ def test_kubectl_sees_node_maintenance_like_a_real_cluster(served: TwinProcess) 
         "Pending",
         "Scheduled",
     ]
-    ghost = MANIFESTS.split("---")[1].replace(f"nodeName: {NODE}", "nodeName: no-such-node").replace(name, "ghost")
+    ghost = MANIFESTS.replace(f"nodeName: {NODE}", "nodeName: no-such-node").replace(name, "ghost")
     refused = kubectl(served, "apply", "-f", "-", stdin=ghost, check=False)
     assert refused.returncode != 0 and 'admission webhook "vnodemaintenance.kb.io" denied' in refused.stderr
     kubectl(served, "delete", "nodemaintenance", name, "-n", "default", "--wait=false")

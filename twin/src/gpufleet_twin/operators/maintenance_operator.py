@@ -2,8 +2,10 @@
 
 Usage
 -----
-- Enable: ``python -m gpufleet_twin serve --maintenance-operator``, ``process.start_twin(maintenance_operator=True)``
-  or ``install(twin)`` in process.  Off by default: without it neither CRD nor controller exists.
+- Enable: ``python -m gpufleet_twin serve --maintenance-operator``, ``process.start_twin(maintenance_operator=True)``,
+  the scenario key ``maintenance_operator: true`` (or a mapping: the MaintenanceOperatorConfig ``default``'s spec,
+  created at start) or ``install(twin, config=None)`` in process.  Off by default: without it neither CRD nor
+  controller exists.
 - It installs the upstream CRDs ``nodemaintenances.maintenance.nvidia.com`` and
   ``maintenanceoperatorconfigs.maintenance.nvidia.com`` (``maintenance.nvidia.com/v1alpha1``, unmodified copies in
   ``crds/maintenance/``) and the namespace ``maintenance-operator`` (the operator's ``OPERATOR_NAMESPACE``).  The
@@ -551,8 +553,11 @@ def _set_unschedulable(value: bool) -> Any:
     return change
 
 
-def install(twin: Twin) -> MaintenanceOperator:
-    """Install the NodeMaintenance and MaintenanceOperatorConfig CRDs, the operator's namespace and its controller."""
+def install(twin: Twin, *, config: Obj | None = None) -> MaintenanceOperator:
+    """Install the NodeMaintenance and MaintenanceOperatorConfig CRDs, the operator's namespace and its controller.
+
+    ``config``: the spec of a MaintenanceOperatorConfig ``default`` to create (none when None).
+    """
     if twin.registry.get(GROUP, "nodemaintenances") is None:
         install_crds(twin, load_crd_manifests(CRD_DIR))
     ns_type = twin.registry.get("", "namespaces")
@@ -562,6 +567,9 @@ def install(twin: Twin) -> MaintenanceOperator:
             ns_type, {"metadata": {"name": NAMESPACE, "labels": {"kubernetes.io/metadata.name": NAMESPACE}}}
         )
     controller = MaintenanceOperator(twin)
+    if config is not None and twin.store.try_get(controller.config_type, NAMESPACE, CONFIG_NAME) is None:
+        body = {"metadata": {"name": CONFIG_NAME, "namespace": NAMESPACE}, "spec": dict(config)}
+        twin.store.create(controller.config_type, body)
     twin.store.add_admission(controller.admit)
     twin.controllers.append(controller)
     twin.published["maintenance_operator"] = {"namespace": NAMESPACE, "config": CONFIG_NAME}
