@@ -155,7 +155,10 @@ def schedule(
     room = slots
     if max_unavailable is not None:
         room = max(0, _scaled(max_unavailable, len(nodes), round_up=False) - len(busy | unavailable))
-    candidates = [nm for nm in pending if nm["spec"]["nodeName"] in by_name and nm["spec"]["nodeName"] not in busy]
+    # Nodes with a Pending request and none in maintenance; every request on them is a candidate (upstream takes
+    # them all, so one not yet initialised can be scheduled too).
+    candidate_nodes = {nm["spec"]["nodeName"] for nm in pending if nm["spec"]["nodeName"] in by_name} - busy
+    candidates = [nm for nm in nms if nm["spec"]["nodeName"] in candidate_nodes]
     if not candidates or slots == 0:
         return []
     candidates.sort(
