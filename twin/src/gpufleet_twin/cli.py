@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated seconds between two polls of an Application's repository (default 180, Argo CD's)",
     )
     serve.add_argument(
+        "--maintenance-operator",
+        action="store_true",
+        dest="maintenance_operator",
+        help="run the NVIDIA Maintenance Operator (NodeMaintenance; operators/maintenance_operator.py)",
+    )
+    serve.add_argument(
         "--token-auth-file",
         type=Path,
         dest="token_auth_file",
@@ -213,6 +219,7 @@ def _simulation_options(options: argparse.Namespace) -> dict[str, Any]:
         "distributed_training": options.distributed_training,
         "argocd": options.argocd,
         "argocd_poll": options.argocd_poll,
+        "maintenance_operator": options.maintenance_operator,
     }
 
 

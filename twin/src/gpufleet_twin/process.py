@@ -102,6 +102,7 @@ def start_twin(
     distributed_training: bool = False,
     argocd: bool = False,
     argocd_poll: float | None = None,
+    maintenance_operator: bool = False,
     extra_args: tuple[str, ...] = (),
     startup_timeout: float = 300.0,
 ) -> TwinProcess:
@@ -110,7 +111,8 @@ def start_twin(
     ``distributed_training`` also seeds the StatefulSet ``ml-training/dist-train`` and its PDB
     (``serve --distributed-training``).  ``argocd`` runs the Argo CD application controller
     (``serve --argocd``, ``operators/argocd.py``), polling repositories every ``argocd_poll`` simulated
-    seconds (default 180).
+    seconds (default 180).  ``maintenance_operator`` runs the NVIDIA Maintenance Operator
+    (``serve --maintenance-operator``, ``operators/maintenance_operator.py``).
     """
     workdir = workdir or pathlib.Path(tempfile.mkdtemp(prefix="gpufleet-twin-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -141,6 +143,8 @@ def start_twin(
         command.append("--argocd")
     if argocd_poll is not None:
         command += ["--argocd-poll", str(argocd_poll)]
+    if maintenance_operator:
+        command.append("--maintenance-operator")
     if real_crds and SHARED_CRDS.is_dir():
         command += ["--crds", str(SHARED_CRDS)]
     log = open(log_path, "w")  # noqa: SIM115 - the child keeps writing to it after this returns

@@ -52,6 +52,7 @@ from ..operators import (
     dcgm_exporter,
     gpu_operator,
     gpu_operator_olm,
+    maintenance_operator,
     network_operator,
     openshift,
     sriov,
@@ -203,7 +204,9 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     ``crds`` (already loaded by the CLI; ignored here), ``distributed_training``
     (bool: seed the StatefulSet training job too), ``argocd`` (bool: run the Argo CD
     application controller, ``operators/argocd.py``; the scenario key ``argocd`` too) and
-    ``argocd_poll`` (its poll in simulated seconds, default 180).  Values a scenario
+    ``argocd_poll`` (its poll in simulated seconds, default 180) and ``maintenance_operator`` (bool: run the
+    NVIDIA Maintenance Operator, ``operators/maintenance_operator.py``; the scenario key ``maintenance_operator`` too,
+    whose mapping is the MaintenanceOperatorConfig ``default``'s spec).  Values a scenario
     file sets win over ``nodes``/``profile`` (the CLI cannot tell a default
     from a value typed on the command line).
     """
@@ -245,6 +248,8 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
         # Before the faults, so that a scenario's Argo CD faults find the controller.
         poll = options.get("argocd_poll") or (scenario.argocd or {}).get("poll_seconds") or argocd.POLL_SECONDS
         argocd.install(twin, poll_seconds=float(poll))
+    if options.get("maintenance_operator") or scenario.maintenance_operator is not None:
+        maintenance_operator.install(twin, config=scenario.maintenance_operator or None)
     faults = FaultInjector(twin=twin, sim=sim, kinds=kinds)
     faults.add_many(scenario.faults)
     twin.controllers.append(faults)

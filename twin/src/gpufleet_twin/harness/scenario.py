@@ -18,6 +18,8 @@ ib_ports: 8
 workloads: true                # seed training Deployments, PDBs, Jobs
 distributed_training: true     # also the StatefulSet ml-training/dist-train and its PDB
 argocd: true                   # run the Argo CD application controller (or {poll_seconds: 30}), operators/argocd.py
+maintenance_operator: true     # run the NVIDIA Maintenance Operator (or the MaintenanceOperatorConfig spec:
+                               # {maxParallelOperations: 2, maxUnavailable: 1}), operators/maintenance_operator.py
 cordoned: [gpu-worker-003]     # cordoned before the upgrade began
 driver_builds:                 # versions that build only for these kernels
   "565.57.01": [5.14.0-427.40.1.el9_4.x86_64]
@@ -63,6 +65,7 @@ _TOP_LEVEL = {
     "workloads",
     "distributed_training",
     "argocd",
+    "maintenance_operator",
     "cordoned",
     "driver_builds",
     "faults",
@@ -91,6 +94,8 @@ class Scenario:
     distributed_training: bool = False
     # The Argo CD simulation's options ({} when enabled with ``argocd: true``), None when off.
     argocd: Obj | None = None
+    # The Maintenance Operator's MaintenanceOperatorConfig spec ({} with ``maintenance_operator: true``), None when off.
+    maintenance_operator: Obj | None = None
     cordoned: list[str] = field(default_factory=list)
     driver_builds: dict[str, list[str]] = field(default_factory=dict)
     faults: list[Obj] = field(default_factory=list)
@@ -155,6 +160,12 @@ def parse_scenario(data: Any, *, source: str = "scenario") -> Scenario:
         raise ScenarioError(f"{source}: argocd is true, false or a mapping (poll_seconds)")
     if isinstance(argocd, dict) and set(argocd) - {"poll_seconds"}:
         raise ScenarioError(f"{source}: argocd: unknown keys {sorted(set(argocd) - {'poll_seconds'})}")
+    maintenance = data.get("maintenance_operator")
+    if maintenance is not None and not isinstance(maintenance, (bool, dict)):
+        raise ScenarioError(f"{source}: maintenance_operator is true, false or a MaintenanceOperatorConfig spec")
+    config_keys = {"maxParallelOperations", "maxUnavailable", "maxNodeMaintenanceTimeSeconds"}
+    if isinstance(maintenance, dict) and set(maintenance) - config_keys:
+        raise ScenarioError(f"{source}: maintenance_operator: unknown keys {sorted(set(maintenance) - config_keys)}")
     cordoned = data.get("cordoned") or []
     if not isinstance(cordoned, list):
         raise ScenarioError(f"{source}: cordoned must be a list of node names")
@@ -171,6 +182,7 @@ def parse_scenario(data: Any, *, source: str = "scenario") -> Scenario:
         workloads=bool(data.get("workloads", True)),
         distributed_training=bool(data.get("distributed_training", False)),
         argocd=(dict(argocd) if isinstance(argocd, dict) else {}) if argocd else None,
+        maintenance_operator=(dict(maintenance) if isinstance(maintenance, dict) else {}) if maintenance else None,
         cordoned=[str(n) for n in cordoned],
         driver_builds={str(k): [str(x) for x in v] for k, v in builds.items()},
         faults=[dict(f) for f in faults],

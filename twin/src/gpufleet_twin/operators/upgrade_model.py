@@ -715,7 +715,7 @@ def _pod_deletion_required(context: _Context, node: NodeSnapshot) -> list[Action
     # The drain helper refuses DaemonSet and mirror pods, unmanaged pods without
     # force and emptyDir pods without deleteEmptyDir: then not every GPU pod can go.
     skipped = [pod for pod in to_delete if pod.controller_kind == "DaemonSet" or pod.mirror]
-    if skipped or _drain_refusals(to_delete, force=deletion.force, delete_empty_dir=deletion.delete_empty_dir):
+    if skipped or drain_refusals(to_delete, force=deletion.force, delete_empty_dir=deletion.delete_empty_dir):
         return _pod_deletion_failed(context, message="")
     timed_out = _eviction_timed_out(node, now=context.now, timeout_seconds=deletion.timeout_seconds)
     if timed_out:
@@ -757,7 +757,7 @@ def _drain_required(context: _Context, node: NodeSnapshot) -> list[Action]:
     actions: list[Action] = []
     if node.eviction_started_at is None:
         actions.append(context.normal("Scheduling drain of the node"))
-    refusals = _drain_refusals(to_drain, force=drain.force, delete_empty_dir=drain.delete_empty_dir)
+    refusals = drain_refusals(to_drain, force=drain.force, delete_empty_dir=drain.delete_empty_dir)
     if refusals:
         return [*actions, *context.change(STATE_FAILED), context.warn(f"Failed to drain the node, {refusals}")]
     if not to_drain:
@@ -881,7 +881,7 @@ _UNMANAGED_FATAL = "cannot delete Pods that declare no controller (use --force t
 _LOCAL_STORAGE_FATAL = "cannot delete Pods with local storage (use --delete-emptydir-data to override)"
 
 
-def _drain_refusals(pods: Sequence[NodePod], *, force: bool, delete_empty_dir: bool) -> str:
+def drain_refusals(pods: Sequence[NodePod], *, force: bool, delete_empty_dir: bool) -> str:
     """The drain helper's filters that make a drain fail (kubectl/pkg/drain/filters.go), as its error text.
 
     Finished pods are always deletable; the others are refused when they have
