@@ -674,7 +674,7 @@ def _known_version_finding(
         if match:
             return Finding(PASS, f"MOFED/DOCA {text} is known ({', '.join(match[1])})")
         return Finding(WARNING, f"MOFED/DOCA {text} is not in catalog")
-    if component in ("dcgm", "device_plugin", "container_toolkit"):
+    if component in ("dcgm", "dcgm_hostengine", "device_plugin", "container_toolkit"):
         match = _matching(component, text, catalog.operand_defaults(component))
         if match:
             return Finding(PASS, f"{component} {text} ships with GPU Operator {', '.join(match[1])}")

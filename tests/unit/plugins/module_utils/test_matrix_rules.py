@@ -383,3 +383,16 @@ def test_the_26_3_release_checks_against_its_own_facts(catalog: Catalog) -> None
     # 26.3 dropped the 550 branch that 25.10 still documented.
     dropped = _findings(dict(GPU_26_3, gpu_driver="550.163.01"), catalog, "gpu_operator_supports_driver")
     assert _statuses(dropped) == [VIOLATION]
+
+
+def test_gpu_operator_26_3_defaults_differ_in_the_dcgm_patch_release(catalog: Catalog) -> None:
+    # v26.3.2's chart pairs exporter 4.5.3-4.8.2 with a 4.5.2 host engine: a warning, not a violation.
+    versions = dict(GPU_26_3, dcgm_hostengine="4.5.2-1-ubuntu22.04")
+    findings = check_version_set(versions, catalog=catalog)
+    assert _statuses(findings["dcgm_exporter_hostengine"]) == [WARNING]
+    known = {finding.message for finding in findings["known_versions"]}
+    assert "dcgm_hostengine 4.5.2-1-ubuntu22.04 ships with GPU Operator v26.3.0, v26.3.1, v26.3.2, v26.3.3" in known
+    unknown = check_version_set(dict(GPU_26_3, dcgm_hostengine="4.5.9-1"), catalog=catalog)["known_versions"]
+    assert any(
+        f.status == WARNING and f.message.startswith("dcgm_hostengine 4.5.9-1 is not the default") for f in unknown
+    )
