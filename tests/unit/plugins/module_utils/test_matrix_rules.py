@@ -377,7 +377,8 @@ def test_an_exporter_upgrade_that_leaves_the_host_engine_behind_is_refused(catal
 def test_the_26_3_release_checks_against_its_own_facts(catalog: Catalog) -> None:
     findings = check_version_set(GPU_26_3, catalog=catalog)
     assert _statuses(findings["gpu_operator_supports_driver"]) == [PASS]
-    assert findings["gpu_operator_supports_driver"][0].message == "580.126.20 is the default driver of GPU Operator v26.3.2"
+    message = findings["gpu_operator_supports_driver"][0].message
+    assert message == "580.126.20 is the default driver of GPU Operator v26.3.2"
     known = {finding.message for finding in findings["known_versions"]}
     assert "dcgm 4.5.3-4.8.2-distroless ships with GPU Operator v26.3.2, v26.3.3" in known
     # 26.3 dropped the 550 branch that 25.10 still documented.
