@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_rules imp
     check_version_set,
     evaluate_matrix,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema import MATRIX_SCHEMA, validate_matrix
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "matrix"
 
@@ -397,3 +398,16 @@ def test_gpu_operator_26_3_defaults_differ_in_the_dcgm_patch_release(catalog: Ca
     assert any(
         f.status == WARNING and f.message.startswith("dcgm_hostengine 4.5.9-1 is not the default") for f in unknown
     )
+
+
+def test_dcgm_hostengine_is_a_matrix_key_with_its_own_grammar() -> None:
+    def errors(value: str) -> list:
+        data = {"current_production": {"dcgm": "4.5.3-4.8.2", "dcgm_hostengine": value}}
+        return [str(error) for error in validate_matrix(matrix_from_data(data, source="m.yaml")).errors]
+
+    assert errors("4.5.3-1-ubuntu22.04") == []
+    bad = errors("4.5")
+    assert len(bad) == 1
+    assert bad[0].startswith("m.yaml, stage current_production, key dcgm_hostengine: found '4.5', expected")
+    assert "4.2.3-1-ubuntu22.04" in bad[0]
+    assert "dcgm_hostengine" in MATRIX_SCHEMA["definitions"]["versions"]
