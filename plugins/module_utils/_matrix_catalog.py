@@ -62,6 +62,7 @@ class _GpuOperatorRow:
     tag: str
     default_driver: str
     dcgm: str
+    dcgm_hostengine: str
     device_plugin: str
     container_toolkit: str
     documented_drivers: Tuple[str, ...]
@@ -82,14 +83,16 @@ class _NetworkOperatorRow:
 
 
 # GPU Operator releases: default driver and operands from the chart values at
-# the tag; documented drivers from the component matrix at the docs commit
-# that documented the release (recommended updates included); RHCOS range from
-# platform-support.rst.
+# the tag (dcgm is dcgmExporter.version without its OS suffix, dcgm_hostengine
+# the standalone host engine's dcgm.version as written); documented drivers
+# from the component matrix at the docs commit that documented the release
+# (recommended updates included); RHCOS range from platform-support.rst.
 _GPU_OPERATOR_RELEASES = (
     _GpuOperatorRow(
         tag="v23.9.0",
         default_driver="535.104.12",
         dcgm="3.2.6-3.1.9",
+        dcgm_hostengine="3.2.6-1-ubuntu20.04",
         device_plugin="v0.14.2",
         container_toolkit="v1.14.3",
         documented_drivers=(),
@@ -102,6 +105,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v23.9.1",
         default_driver="535.129.03",
         dcgm="3.3.0-3.2.0",
+        dcgm_hostengine="3.3.0-1-ubuntu22.04",
         device_plugin="v0.14.3",
         container_toolkit="v1.14.3",
         documented_drivers=("535.154.05", "535.129.03", "525.147.05", "470.223.02"),
@@ -114,6 +118,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v23.9.2",
         default_driver="550.54.14",
         dcgm="3.3.0-3.2.0",
+        dcgm_hostengine="3.3.0-1-ubuntu22.04",
         device_plugin="v0.14.5",
         container_toolkit="v1.14.6",
         documented_drivers=("550.54.15", "550.54.14", "535.161.08", "535.161.07", "470.239.06"),
@@ -126,6 +131,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v24.3.0",
         default_driver="550.54.15",
         dcgm="3.3.5-3.4.1",
+        dcgm_hostengine="3.3.5-1-ubuntu22.04",
         device_plugin="v0.15.0",
         container_toolkit="v1.15.0",
         documented_drivers=("550.90.07", "550.54.15", "535.183.01", "535.161.08", "470.256.02", "470.239.06"),
@@ -138,6 +144,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v24.6.0",
         default_driver="550.90.07",
         dcgm="3.3.7-3.5.0",
+        dcgm_hostengine="3.3.7-1-ubuntu22.04",
         device_plugin="v0.16.1",
         container_toolkit="v1.16.1",
         documented_drivers=("550.90.07", "535.183.06"),
@@ -150,6 +157,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v24.6.1",
         default_driver="550.90.07",
         dcgm="3.3.7-3.5.0",
+        dcgm_hostengine="3.3.7-1-ubuntu22.04",
         device_plugin="v0.16.2",
         container_toolkit="v1.16.1",
         documented_drivers=("560.35.03", "550.90.12", "550.90.07", "535.183.06"),
@@ -162,6 +170,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v24.6.2",
         default_driver="550.90.07",
         dcgm="3.3.7-3.5.0",
+        dcgm_hostengine="3.3.7-1-ubuntu22.04",
         device_plugin="v0.16.2",
         container_toolkit="v1.16.2",
         documented_drivers=("560.35.03", "550.127.05", "550.90.12", "550.90.07", "535.216.01", "535.183.06"),
@@ -174,6 +183,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v24.9.0",
         default_driver="550.127.05",
         dcgm="3.3.8-3.6.0",
+        dcgm_hostengine="3.3.8-1-ubuntu22.04",
         device_plugin="v0.17.0",
         container_toolkit="v1.17.0",
         documented_drivers=("565.57.01", "560.35.03", "550.127.08", "550.127.05", "535.216.03", "535.216.01"),
@@ -186,6 +196,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v24.9.1",
         default_driver="550.127.08",
         dcgm="3.3.9-3.6.1",
+        dcgm_hostengine="3.3.9-1-ubuntu22.04",
         device_plugin="v0.17.0",
         container_toolkit="v1.17.3",
         documented_drivers=("565.57.01", "560.35.03", "550.144.03", "550.127.08", "535.230.02", "535.216.03"),
@@ -198,6 +209,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v24.9.2",
         default_driver="550.144.03",
         dcgm="3.3.9-3.6.1",
+        dcgm_hostengine="3.3.9-1-ubuntu22.04",
         device_plugin="v0.17.0",
         container_toolkit="v1.17.4",
         documented_drivers=(
@@ -218,6 +230,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v25.3.0",
         default_driver="570.124.06",
         dcgm="4.1.1-4.0.4",
+        dcgm_hostengine="4.1.1-2-ubuntu22.04",
         device_plugin="v0.17.1",
         container_toolkit="v1.17.5",
         documented_drivers=("570.148.08", "570.133.20", "570.124.06", "570.86.15", "550.163.01", "535.247.01"),
@@ -230,6 +243,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v25.3.1",
         default_driver="570.148.08",
         dcgm="4.2.3-4.1.3",
+        dcgm_hostengine="4.2.3-1-ubuntu22.04",
         device_plugin="v0.17.2",
         container_toolkit="v1.17.8",
         documented_drivers=("575.57.08", "570.158.01", "570.148.08", "550.163.01", "535.247.01"),
@@ -242,6 +256,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v25.3.2",
         default_driver="570.148.08",
         dcgm="4.2.3-4.1.3",
+        dcgm_hostengine="4.2.3-1-ubuntu22.04",
         device_plugin="v0.17.3",
         container_toolkit="v1.17.8",
         documented_drivers=(
@@ -263,6 +278,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v25.3.3",
         default_driver="580.82.07",
         dcgm="4.3.1-4.4.0",
+        dcgm_hostengine="4.3.1-1-ubuntu22.04",
         device_plugin="v0.17.4",
         container_toolkit="v1.17.8",
         documented_drivers=(
@@ -285,6 +301,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v25.3.4",
         default_driver="580.82.07",
         dcgm="4.3.1-4.4.0",
+        dcgm_hostengine="4.3.1-1-ubuntu22.04",
         device_plugin="v0.17.4",
         container_toolkit="v1.17.8",
         documented_drivers=(
@@ -307,6 +324,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v25.10.0",
         default_driver="580.95.05",
         dcgm="4.4.1-4.6.0",
+        dcgm_hostengine="4.4.1-2-ubuntu22.04",
         device_plugin="v0.18.0",
         container_toolkit="v1.18.0",
         documented_drivers=("580.95.05", "580.82.07", "575.57.08", "570.195.03", "550.163.01", "535.274.02"),
@@ -319,6 +337,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v25.10.1",
         default_driver="580.105.08",
         dcgm="4.4.2-4.7.0",
+        dcgm_hostengine="4.4.2-1-ubuntu22.04",
         device_plugin="v0.18.1",
         container_toolkit="v1.18.1",
         documented_drivers=(
@@ -344,6 +363,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v26.3.0",
         default_driver="580.126.20",
         dcgm="4.5.1-4.8.0",
+        dcgm_hostengine="4.5.2-1-ubuntu22.04",
         device_plugin="v0.19.0",
         container_toolkit="v1.19.0",
         documented_drivers=(
@@ -368,6 +388,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v26.3.1",
         default_driver="580.126.20",
         dcgm="4.5.1-4.8.0",
+        dcgm_hostengine="4.5.2-1-ubuntu22.04",
         device_plugin="v0.19.0",
         container_toolkit="v1.19.0",
         documented_drivers=(
@@ -392,6 +413,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v26.3.2",
         default_driver="580.126.20",
         dcgm="4.5.3-4.8.2",
+        dcgm_hostengine="4.5.2-1-ubuntu22.04",
         device_plugin="v0.19.2",
         container_toolkit="v1.19.1",
         documented_drivers=(
@@ -416,6 +438,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v26.3.3",
         default_driver="580.126.20",
         dcgm="4.5.3-4.8.2",
+        dcgm_hostengine="4.5.2-1-ubuntu22.04",
         device_plugin="v0.19.3",
         container_toolkit="v1.19.1",
         documented_drivers=(
@@ -443,6 +466,7 @@ _GPU_OPERATOR_RELEASES = (
         tag="v26.7.0",
         default_driver="595.91.07",
         dcgm="4.6.0-4.8.3",
+        dcgm_hostengine="4.6.0-1-ubuntu24.04",
         device_plugin="v0.20.0",
         container_toolkit="v1.20.0",
         documented_drivers=("610.57.04", "595.91.07", "580.173.02", "535.309.01"),
@@ -734,6 +758,7 @@ def _gpu_operator_section(sources: Dict[str, Dict[str, str]]) -> Dict[str, Any]:
             "default_driver": row.default_driver,
             "operands": {
                 "dcgm": row.dcgm,
+                "dcgm_hostengine": row.dcgm_hostengine,
                 "device_plugin": row.device_plugin,
                 "container_toolkit": row.container_toolkit,
             },

@@ -47,7 +47,16 @@ COMPONENT_GROUPS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
     (
         "gpu_operator",
         "GPU Operator",
-        ("gpu_operator", "gpu_driver", "cuda", "dcgm", "device_plugin", "container_toolkit", "nccl"),
+        (
+            "gpu_operator",
+            "gpu_driver",
+            "cuda",
+            "dcgm",
+            "dcgm_hostengine",
+            "device_plugin",
+            "container_toolkit",
+            "nccl",
+        ),
     ),
     ("network_operator", "Network Operator", ("network_operator", "mofed")),
     (FIRMWARE_GROUP, "firmware", ()),
@@ -96,6 +105,11 @@ RULE_REASONS = {
     "driver_cuda": (
         "The driver sets the highest CUDA version it runs (nvidia-smi 'CUDA Version'); newer CUDA needs a newer driver."
     ),
+    "dcgm_exporter_hostengine": (
+        "A DCGM Exporter release is paired with one DCGM release (the first part of its tag); when the exporter "
+        "talks to a standalone host engine (ClusterPolicy spec.dcgm) instead of its embedded one, NVIDIA says to "
+        "run the DCGM version paired with that exporter release, and the two move together."
+    ),
     "sriov_openshift": (
         "OpenShift's SR-IOV Network Operator is built per OpenShift release (branch release-4.N ships 4.N.0)."
     ),
@@ -103,6 +117,7 @@ RULE_REASONS = {
 SET_RULES = (
     "gpu_operator_supports_driver",
     "driver_cuda",
+    "dcgm_exporter_hostengine",
     "driver_kernel",
     "mofed_kernel",
     "openshift_kernel",
@@ -300,6 +315,50 @@ def _rule_driver_cuda(versions: Mapping[str, Any], catalog: Catalog) -> List[Fin
             )
         ]
     return [Finding(PASS, f"driver branch {driver.detail['branch']} runs CUDA up to {fact.value}", list(fact.sources))]
+
+
+# NVIDIA's statements on the pairing (rule evidence; the rule needs no catalog facts).
+DCGM_PAIRING_SOURCES = (
+    "DCGM Exporter version compatibility: run DCGM Exporter with the DCGM version paired with that exporter "
+    "release; tags are <dcgm-version>-<dcgm-exporter-version> "
+    "<https://docs.nvidia.com/datacenter/dcgm/latest/installation/install-dcgm-exporter.html"
+    "#dcgm-exporter-version-compatibility>",
+    "DCGM Exporter 4.9.0 release notes: requests between libdcgm 4.7.1 and an earlier host engine fail with an "
+    "API version mismatch <https://github.com/NVIDIA/dcgm-exporter/releases/tag/4.9.0>",
+)
+
+
+def _rule_dcgm_exporter_hostengine(versions: Mapping[str, Any]) -> List[Finding]:
+    """The standalone host engine runs the DCGM release the exporter tag is paired with."""
+    exporter_text, exporter = _parsed(versions, "dcgm")
+    engine_text, engine = _parsed(versions, "dcgm_hostengine")
+    if exporter_text is None or engine_text is None:
+        return [Finding(PASS, "not applicable: the stage pins no dcgm or no dcgm_hostengine (embedded host engine)")]
+    if exporter is None or engine is None:
+        return [_not_known(exporter_text if exporter is None else engine_text, "version")]
+    paired, running = exporter.detail["dcgm"], engine.detail["dcgm"]
+    evidence = list(DCGM_PAIRING_SOURCES)
+    what = f"dcgm {exporter_text} is paired with DCGM {paired}; dcgm_hostengine {engine_text} runs DCGM {running}"
+    if paired == running:
+        return [Finding(PASS, what, evidence)]
+    if paired.split(".")[:2] == running.split(".")[:2]:
+        return [
+            Finding(
+                WARNING,
+                f"{what}: same {'.'.join(paired.split('.')[:2])} line, another patch release (a patch release "
+                "has changed the host engine API before); set dcgm_hostengine to DCGM "
+                f"{paired} or pick the exporter paired with {running}",
+                evidence,
+            )
+        ]
+    return [
+        Finding(
+            VIOLATION,
+            f"{what}: the exporter and the host engine must move together; set dcgm_hostengine to DCGM {paired} "
+            f"(or dcgm to an exporter release paired with DCGM {running}) in the same stage",
+            evidence,
+        )
+    ]
 
 
 def _platform_changed(versions: Mapping[str, Any], previous: Mapping[str, Any], section: str) -> bool:
@@ -615,7 +674,7 @@ def _known_version_finding(
         if match:
             return Finding(PASS, f"MOFED/DOCA {text} is known ({', '.join(match[1])})")
         return Finding(WARNING, f"MOFED/DOCA {text} is not in catalog")
-    if component in ("dcgm", "device_plugin", "container_toolkit"):
+    if component in ("dcgm", "dcgm_hostengine", "device_plugin", "container_toolkit"):
         match = _matching(component, text, catalog.operand_defaults(component))
         if match:
             return Finding(PASS, f"{component} {text} ships with GPU Operator {', '.join(match[1])}")
@@ -659,6 +718,7 @@ def check_version_set(
     return {
         "gpu_operator_supports_driver": _rule_gpu_operator_supports_driver(versions, catalog),
         "driver_cuda": _rule_driver_cuda(versions, catalog),
+        "dcgm_exporter_hostengine": _rule_dcgm_exporter_hostengine(versions),
         "driver_kernel": _operator_builds_for_kernel(
             versions, previous, catalog, section="gpu_operator", what="GPU driver"
         ),

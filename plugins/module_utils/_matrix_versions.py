@@ -43,6 +43,10 @@ COMPONENT_EXAMPLES = {
     "firmware": "a NIC firmware version like 28.40.1000 (or Dell's 28.40.10.00)",
     "sriov_operator": "an SR-IOV operator version like 4.18.0",
     "dcgm": "a DCGM-exporter version like 3.3.8-3.6.0 (DCGM version - exporter version)",
+    "dcgm_hostengine": (
+        "a standalone DCGM host engine version like 4.2.3-1-ubuntu22.04 (ClusterPolicy spec.dcgm, "
+        "used when the exporter connects to it instead of its embedded one)"
+    ),
     "device_plugin": "a device plugin version like v0.16.2",
     "container_toolkit": "a container toolkit version like v1.16.2",
     "nccl": "an NCCL version like 2.22.3",
@@ -161,6 +165,7 @@ _KERNEL = re.compile(
     r"^(?P<version>\d+(?:\.\d+)+)-(?P<release>[A-Za-z0-9._+~\-]+?)(?:\.(?P<arch>x86_64|aarch64|ppc64le|s390x|noarch))?$"
 )
 _DCGM = re.compile(r"^(\d+\.\d+\.\d+)-(\d+\.\d+\.\d+)(?:-([a-z][a-z0-9.\-]*))?$")
+_HOSTENGINE = re.compile(r"^(\d+\.\d+\.\d+)(?:-(\d+))?(?:-([a-z][a-z0-9.\-]*))?$")
 _TOOL = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([a-z][a-z0-9.\-]*))?$")
 _OS_SUFFIX = re.compile(r"^(?:ubi\d+|ubuntu[\d.]*|rhel[\d.]*|rhcos[\d.\-]*|centos\d*|distroless)$")
 _NCCL = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-(\d+))?$")
@@ -285,6 +290,19 @@ def _parse_dcgm(text: str) -> Version:
     )
 
 
+def _parse_dcgm_hostengine(text: str) -> Version:
+    # The image tag is DCGM version, package build, base image (4.2.3-1-ubuntu22.04).
+    match = _HOSTENGINE.match(text)
+    if not match:
+        raise VersionParseError("dcgm_hostengine", text, expected_text("dcgm_hostengine"))
+    return Version(
+        "dcgm_hostengine",
+        text,
+        (_ints(match.group(1)), int(match.group(2) or 0)),
+        detail={"dcgm": match.group(1), "suffix": match.group(3)},
+    )
+
+
 def _parse_tool(component: str, text: str) -> Version:
     # Operand image tags may carry an OS suffix (v0.16.2-ubi8, v1.16.2-ubuntu20.04): the same release
     # built for another base image. Any other suffix (v0.17.0-rc.1) is a pre-release, older than its release.
@@ -338,6 +356,8 @@ def parse_version(component: str, text: object) -> Version:
         return _parse_kernel(value)
     if kind == "dcgm":
         return _parse_dcgm(value)
+    if kind == "dcgm_hostengine":
+        return _parse_dcgm_hostengine(value)
     if kind in ("device_plugin", "container_toolkit"):
         return _parse_tool(component, value)
     if kind == "nccl":

@@ -166,3 +166,32 @@ def test_merge_replaces_lists_and_merges_mappings() -> None:
 
 def test_empty_user_catalog_is_the_shipped_one() -> None:
     assert catalog_from_text("# nothing yet\n", origin="c.yaml").origin == "shipped"
+
+
+def test_newest_releases_in_the_shipped_catalog() -> None:
+    catalog = load_catalog()
+    assert catalog.newest_release("gpu_operator").text == "v26.7.0"
+    assert catalog.newest_release("network_operator").text == "v26.4.1"
+
+
+@pytest.mark.parametrize(
+    ("tag", "exporter", "engine"),
+    [
+        # UPSTREAM-FACTS: chart values per tag, dcgmExporter.version and dcgm.version (standalone host engine).
+        ("v25.10.1", "4.4.2-4.7.0", "4.4.2-1-ubuntu22.04"),
+        ("v26.3.0", "4.5.1-4.8.0", "4.5.2-1-ubuntu22.04"),
+        ("v26.3.2", "4.5.3-4.8.2", "4.5.2-1-ubuntu22.04"),
+        ("v26.7.0", "4.6.0-4.8.3", "4.6.0-1-ubuntu24.04"),
+    ],
+)
+def test_dcgm_exporter_and_host_engine_defaults(tag: str, exporter: str, engine: str) -> None:
+    operands = shipped_catalog_data()["gpu_operator"]["releases"][tag]["operands"]
+    assert (operands["dcgm"], operands["dcgm_hostengine"]) == (exporter, engine)
+
+
+def test_every_release_ships_an_exporter_and_host_engine_of_one_dcgm_line() -> None:
+    # The shipped defaults never pair another DCGM major.minor (26.3 pairs 4.5.1/4.5.3 exporters with a 4.5.2 engine).
+    for tag, entry in shipped_catalog_data()["gpu_operator"]["releases"].items():
+        exporter = parse_version("dcgm", entry["operands"]["dcgm"]).detail["dcgm"]
+        engine = parse_version("dcgm_hostengine", entry["operands"]["dcgm_hostengine"]).detail["dcgm"]
+        assert exporter.split(".")[:2] == engine.split(".")[:2], tag

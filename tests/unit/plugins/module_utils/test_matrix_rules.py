@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_rules imp
     check_version_set,
     evaluate_matrix,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema import MATRIX_SCHEMA, validate_matrix
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "matrix"
 
@@ -303,3 +304,110 @@ def test_firmware_pairing_unknown_to_the_catalog_is_a_warning(catalog: Catalog) 
     findings = _findings(dict(PRODUCTION, mofed="24.10-1.0.0.0"), catalog, "firmware_mofed")
     assert _statuses(findings) == [WARNING]
     assert "not in catalog" in findings[0].message
+
+
+# -- DCGM Exporter and its standalone host engine move together ----------------
+
+GPU_26_3 = dict(
+    PRODUCTION,
+    openshift="4.18.20",
+    gpu_operator="v26.3.2",
+    gpu_driver="580.126.20",
+    dcgm="4.5.3-4.8.2-distroless",
+)
+
+
+@pytest.mark.parametrize(
+    ("engine", "status", "words"),
+    [
+        ("4.5.3-1-ubuntu22.04", PASS, "runs DCGM 4.5.3"),
+        ("4.5.1-1-ubuntu22.04", WARNING, "same 4.5 line, another patch release"),
+        ("4.4.2-1-ubuntu22.04", VIOLATION, "set dcgm_hostengine to DCGM 4.5.3"),
+        # A newer host engine is not the paired one either (NVIDIA pairs one DCGM with each exporter release).
+        ("4.8.0-1-ubuntu22.04", VIOLATION, "must move together"),
+        ("3.3.9-1-ubuntu22.04", VIOLATION, "must move together"),
+    ],
+)
+def test_dcgm_exporter_and_host_engine_pairing(engine: str, status: str, words: str, catalog: Catalog) -> None:
+    findings = _findings(dict(GPU_26_3, dcgm_hostengine=engine), catalog, "dcgm_exporter_hostengine")
+    assert _statuses(findings) == [status]
+    assert words in findings[0].message
+    assert findings[0].message.startswith("dcgm 4.5.3-4.8.2-distroless is paired with DCGM 4.5.3; dcgm_hostengine")
+    assert any("install-dcgm-exporter.html#dcgm-exporter-version-compatibility" in e for e in findings[0].evidence)
+
+
+def test_dcgm_pairing_needs_both_keys(catalog: Catalog) -> None:
+    embedded = _findings(GPU_26_3, catalog, "dcgm_exporter_hostengine")
+    assert _statuses(embedded) == [PASS]
+    assert embedded[0].message.startswith("not applicable")
+    placeholder = _findings(dict(GPU_26_3, dcgm_hostengine="4.x"), catalog, "dcgm_exporter_hostengine")
+    assert _statuses(placeholder) == [WARNING]
+    assert "placeholder" in placeholder[0].message
+
+
+def test_an_exporter_upgrade_that_leaves_the_host_engine_behind_is_refused(catalog: Catalog) -> None:
+    # Production pairs 4.4.2 with 4.4.2; the canary moves the GPU Operator and its exporter to the 26.3 default
+    # but inherits the host engine: the canary stage is a violation, production passes.
+    matrix = matrix_from_data(
+        {
+            "current_production": dict(
+                PRODUCTION,
+                openshift="4.18.20",
+                gpu_operator="v25.10.1",
+                gpu_driver="580.105.08",
+                dcgm="4.4.2-4.7.0",
+                dcgm_hostengine="4.4.2-1-ubuntu22.04",
+            ),
+            "canary_testing": {"gpu_operator": "v26.3.2", "gpu_driver": "580.126.20", "dcgm": "4.5.3-4.8.2"},
+            "rollback": {"gpu_operator": "v25.10.0", "gpu_driver": "580.95.05", "dcgm": "4.4.1-4.6.0"},
+        },
+        source="dcgm.yaml",
+    )
+    report = evaluate_matrix(matrix, catalog=catalog)
+    assert _result(report, "dcgm_exporter_hostengine", "current_production").status == PASS
+    canary = _result(report, "dcgm_exporter_hostengine", "canary_testing")
+    assert canary.status == VIOLATION
+    assert "dcgm_hostengine 4.4.2-1-ubuntu22.04 runs DCGM 4.4.2" in canary.findings[0].message
+    assert _result(report, "dcgm_exporter_hostengine", "rollback").status == WARNING
+    # The exporter and the host engine are one group: changing both is one step, not two.
+    assert changed_groups({"dcgm": "4.4.2-4.7.0"}, {"dcgm": "4.5.3-4.8.2", "dcgm_hostengine": "4.5.3-1"}) == {
+        "gpu_operator": ["dcgm", "dcgm_hostengine"]
+    }
+
+
+def test_the_26_3_release_checks_against_its_own_facts(catalog: Catalog) -> None:
+    findings = check_version_set(GPU_26_3, catalog=catalog)
+    assert _statuses(findings["gpu_operator_supports_driver"]) == [PASS]
+    message = findings["gpu_operator_supports_driver"][0].message
+    assert message == "580.126.20 is the default driver of GPU Operator v26.3.2"
+    known = {finding.message for finding in findings["known_versions"]}
+    assert "dcgm 4.5.3-4.8.2-distroless ships with GPU Operator v26.3.2, v26.3.3" in known
+    # 26.3 dropped the 550 branch that 25.10 still documented.
+    dropped = _findings(dict(GPU_26_3, gpu_driver="550.163.01"), catalog, "gpu_operator_supports_driver")
+    assert _statuses(dropped) == [VIOLATION]
+
+
+def test_gpu_operator_26_3_defaults_differ_in_the_dcgm_patch_release(catalog: Catalog) -> None:
+    # v26.3.2's chart pairs exporter 4.5.3-4.8.2 with a 4.5.2 host engine: a warning, not a violation.
+    versions = dict(GPU_26_3, dcgm_hostengine="4.5.2-1-ubuntu22.04")
+    findings = check_version_set(versions, catalog=catalog)
+    assert _statuses(findings["dcgm_exporter_hostengine"]) == [WARNING]
+    known = {finding.message for finding in findings["known_versions"]}
+    assert "dcgm_hostengine 4.5.2-1-ubuntu22.04 ships with GPU Operator v26.3.0, v26.3.1, v26.3.2, v26.3.3" in known
+    unknown = check_version_set(dict(GPU_26_3, dcgm_hostengine="4.5.9-1"), catalog=catalog)["known_versions"]
+    assert any(
+        f.status == WARNING and f.message.startswith("dcgm_hostengine 4.5.9-1 is not the default") for f in unknown
+    )
+
+
+def test_dcgm_hostengine_is_a_matrix_key_with_its_own_grammar() -> None:
+    def errors(value: str) -> list:
+        data = {"current_production": {"dcgm": "4.5.3-4.8.2", "dcgm_hostengine": value}}
+        return [str(error) for error in validate_matrix(matrix_from_data(data, source="m.yaml")).errors]
+
+    assert errors("4.5.3-1-ubuntu22.04") == []
+    bad = errors("4.5")
+    assert len(bad) == 1
+    assert bad[0].startswith("m.yaml, stage current_production, key dcgm_hostengine: found '4.5', expected")
+    assert "4.2.3-1-ubuntu22.04" in bad[0]
+    assert "dcgm_hostengine" in MATRIX_SCHEMA["definitions"]["versions"]

@@ -40,6 +40,8 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_versions 
         ("kernel", "4.18.0-372.96.1.el8_6.x86_64", "5.14.0-284.59.1.el9_2.x86_64"),
         ("dcgm", "3.3.8-3.6.0", "3.3.9-3.6.1"),
         ("dcgm", "3.3.9-3.6.1", "4.1.1-4.0.4"),
+        ("dcgm_hostengine", "4.2.3-1-ubuntu22.04", "4.5.1-1-ubuntu22.04"),
+        ("dcgm_hostengine", "4.5.1-1", "4.5.1-2"),
         ("device_plugin", "v0.16.2", "v0.17.0"),
         ("container_toolkit", "v1.9.0", "v1.16.2"),
         ("nccl", "2.22.3", "2.23.4"),
@@ -63,6 +65,7 @@ def test_versions_order_by_component_rules(component: str, older: str, newer: st
         ("mofed", "24.07-0.6.1.0", "24.07-0.6.1.0-0"),
         # Operand tags with the OS of their base image are the same release.
         ("dcgm", "3.3.8-3.6.0", "3.3.8-3.6.0-ubuntu22.04"),
+        ("dcgm_hostengine", "4.2.3-1-ubuntu22.04", "4.2.3-1"),
         ("device_plugin", "v0.16.2", "v0.16.2-ubi8"),
         ("container_toolkit", "v1.16.2-ubuntu20.04", "v1.16.2"),
         # OLM's build suffix on the SR-IOV CSV.
@@ -121,6 +124,7 @@ def test_driver_branch_of_a_two_part_driver() -> None:
         ("firmware_cx7", "28.40.1000.1.2", "28.40.1000"),
         ("firmware_cx7", "28.40.100.00", "28.40.1000"),
         ("dcgm", "3.3.8", "3.3.8-3.6.0"),
+        ("dcgm_hostengine", "4.2", "4.2.3-1-ubuntu22.04"),
         ("openshift", "4.16", "4.16.23"),
     ],
 )
