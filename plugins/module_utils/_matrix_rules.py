@@ -47,7 +47,7 @@ COMPONENT_GROUPS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
     (
         "gpu_operator",
         "GPU Operator",
-        ("gpu_operator", "gpu_driver", "cuda", "dcgm", "device_plugin", "container_toolkit", "nccl"),
+        ("gpu_operator", "gpu_driver", "driver_type", "cuda", "dcgm", "device_plugin", "container_toolkit", "nccl"),
     ),
     ("network_operator", "Network Operator", ("network_operator", "mofed")),
     (FIRMWARE_GROUP, "firmware", ()),
