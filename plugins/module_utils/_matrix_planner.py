@@ -184,3 +184,17 @@ def plan_stage(
         direction=direction,
     )
     return UpgradePlan(baseline=baseline, target=target, direction=direction, steps=steps)
+
+
+def disruptive_refusal(plan: Mapping[str, Any], *, stage: str) -> str:
+    """The reason the upgrade flow refuses a plan (``UpgradePlan.as_dict()``) with a disruptive step; "" when none."""
+    messages = [message for step in plan.get("steps") or [] for message in step.get("disruptive") or []]
+    if not messages:
+        return ""
+    return (
+        f"{stage} changes how the driver is installed, which the upgrade flow does not roll out: "
+        + "; ".join(messages)
+        + f". Nothing was changed. Next: give {stage} the driver_type of current_production (or leave it out) to "
+        "upgrade versions, and make the switch itself as docs/gpu_operator.md 'Switching precompiled and compiled "
+        "drivers' describes"
+    )

@@ -10,6 +10,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_catalog i
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import load_matrix_file, matrix_from_text
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_planner import (
     DIRECTION_ROLLBACK,
+    disruptive_refusal,
     plan_stage,
 )
 
@@ -134,3 +135,14 @@ def test_pinning_the_default_driver_type_is_not_disruptive(catalog: Catalog) -> 
     text = 'current_production:\n  gpu_driver: "550.127.05"\ncanary_testing:\n  driver_type: "precompiled"\n'
     [step] = plan_stage(matrix_from_text(text, source="m.yaml"), "canary_testing", catalog=catalog).steps
     assert step.disruptive and "(compiled -> precompiled)" in step.disruptive[0]
+
+
+def test_the_upgrade_flow_refuses_a_disruptive_plan_and_says_what_to_do(catalog: Catalog) -> None:
+    matrix = matrix_from_text(_PRECOMPILED_MATRIX, source="m.yaml")
+    reason = disruptive_refusal(plan_stage(matrix, "canary_testing", catalog=catalog).as_dict(), stage="canary_testing")
+    assert reason.startswith("canary_testing changes how the driver is installed")
+    assert "(compiled -> precompiled)" in reason and "Nothing was changed. Next:" in reason
+    versions_only = matrix_from_text(
+        _PRECOMPILED_MATRIX.replace('driver_type: "precompiled"', 'gpu_driver: "550.144.03"'), source="m.yaml"
+    )
+    assert disruptive_refusal(plan_stage(versions_only, "canary_testing", catalog=catalog).as_dict(), stage="x") == ""
