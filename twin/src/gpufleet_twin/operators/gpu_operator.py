@@ -639,8 +639,8 @@ def _render_precompiled_driver_daemonsets(
     """Precompiled: one DaemonSet per (OS, kernel) pool, as upstream's getNodePools does when usePrecompiled.
 
     The pool's name is ``<os>-<sanitized kernel>``, its selector the NFD kernel
-    label, the image tag ``<branch>-<kernel>-<os>`` (NVIDIA/gpu-operator
-    internal/state/nodepool.go and object_controls.go). The names differ from
+    label, the image tag ``<branch>-<kernel>-<os>`` (NVIDIA/gpu-operator's
+    driver node pools and getSanitizedKernelVersion). The names differ from
     the compiled DaemonSets', so a switch replaces them.
     """
     pools = sorted(
