@@ -44,7 +44,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_check imp
     read_matrix_file,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import parse_yaml_text
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_planner import plan_stage
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_planner import disruptive_refusal, plan_stage
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_rules import (
     VIOLATION,
     changed_components,
@@ -843,6 +843,10 @@ def _plan_rollback(ctx: _RunContext) -> Dict[str, Any]:
                 f"compared with current_production; one rollback step changes one group. Planner: "
                 f"{describe_steps(plan) or 'no step'}",
             )
+        disruptive = disruptive_refusal(plan, stage="rollback")
+        if disruptive:
+            result["plan"] = plan
+            return _refuse(result, disruptive)
         group = groups[0]
         result["validate_nodes"] = sample_nodes(
             gpu_nodes, size=request.sample_size, free=_free_gpus_now(api, nodes), needed=request.sample_free_gpus
@@ -898,6 +902,9 @@ def _plan_forward(ctx: _RunContext, *, now: datetime.datetime) -> Dict[str, Any]
             f"canary_testing changes {len(groups)} component groups at once ({', '.join(groups)}); a canary changes "
             f"one. The planner splits it into: {describe_steps(plan)}",
         )
+    disruptive = disruptive_refusal(plan, stage="canary_testing")
+    if disruptive:
+        return _refuse(result, disruptive)
     blocking = [
         res
         for res in rules.by_status(VIOLATION)

@@ -24,8 +24,10 @@ Where each value is read:
   operator Deployment's image tag; ``openshift`` from ClusterVersion (newest
   Completed history entry, else ``status.desired.version``); ``dcgm``,
   ``device_plugin``, ``container_toolkit`` from the ClusterPolicy spec
-  versions, else the operand DaemonSet's image tag. Digests are not versions:
-  a value pinned by digest only is reported as unknown.
+  versions, else the operand DaemonSet's image tag; ``driver_type``
+  (precompiled or compiled) from the ClusterPolicy ``spec.driver.usePrecompiled``
+  (unknown when NVIDIADriver resources manage the driver). Digests are not
+  versions: a value pinned by digest only is reported as unknown.
 
 The canary node (label ``gpu-canary=true``) is compared with
 ``canary_testing``, every other GPU node with ``current_production``. A
@@ -64,6 +66,7 @@ CLUSTER_COMPONENTS = (
     "dcgm",
     "device_plugin",
     "container_toolkit",
+    "driver_type",
 )
 
 _GFD_FULL = "nvidia.com/cuda.driver-version.full"
@@ -130,6 +133,7 @@ class ObservedCluster:
     dcgm: Optional[str] = None
     device_plugin: Optional[str] = None
     container_toolkit: Optional[str] = None
+    driver_type: Optional[str] = None
     sources: Dict[str, str] = field(default_factory=dict)
 
     def versions(self) -> Dict[str, Optional[str]]:
@@ -317,6 +321,15 @@ def _clusterversion(clusterversions: Iterable[Mapping[str, Any]]) -> Optional[Tu
     return None
 
 
+def _policy_driver_type(policy: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
+    """precompiled or compiled from spec.driver.usePrecompiled (absent = false); None when NVIDIADrivers decide."""
+    driver = (policy.get("spec") or {}).get("driver") or {}
+    if driver.get("enabled") is False or driver.get("useNvidiaDriverCRD"):
+        return None
+    kind = "precompiled" if driver.get("usePrecompiled") is True else "compiled"
+    return kind, f"ClusterPolicy {_ref(policy)} spec.driver.usePrecompiled"
+
+
 def _operand_versions(
     clusterpolicies: Iterable[Mapping[str, Any]], daemonsets: Iterable[Mapping[str, Any]]
 ) -> Dict[str, Tuple[str, str]]:
@@ -327,6 +340,10 @@ def _operand_versions(
             version = (spec.get(field_name) or {}).get("version")
             if version and not _is_digest(version) and component not in found:
                 found[component] = (str(version), f"ClusterPolicy {_ref(policy)} spec.{field_name}.version")
+    for policy in clusterpolicies:
+        driver_type = _policy_driver_type(policy)
+        if driver_type and "driver_type" not in found:
+            found["driver_type"] = driver_type
     for daemonset in daemonsets:
         name = _meta(daemonset).get("name")
         for component, (ds_name, image_name) in OPERAND_DAEMONSETS.items():

@@ -9,6 +9,12 @@ Each step names its group, the components with their from -> to versions,
 the full version set after the step, and the rules that set would violate
 (checked against the set before it, so kernel changes are seen).
 
+A step that changes ``driver_type`` (precompiled <-> compiled) is marked
+``disruptive``: the GPU Operator answers it with new driver DaemonSets and
+restarts every driver pod at once, outside its upgrade controller
+(NVIDIA/gpu-operator issues 2166 and 2549), so no module of the collection
+writes it; docs/gpu_operator.md says how to make the switch by hand.
+
 Going back to the ``rollback`` stage walks the groups in reverse order: the
 last group upgraded is the first one undone.
 """
@@ -51,6 +57,7 @@ class PlanStep:
     versions_after: Dict[str, Any]
     violations: Dict[str, List[str]] = field(default_factory=dict)
     warnings: Dict[str, List[str]] = field(default_factory=dict)
+    disruptive: List[str] = field(default_factory=list)
 
     @property
     def title(self) -> str:
@@ -66,6 +73,7 @@ class PlanStep:
             "violates": sorted(self.violations),
             "violations": {rule: list(messages) for rule, messages in self.violations.items()},
             "warnings": {rule: list(messages) for rule, messages in self.warnings.items()},
+            "disruptive": list(self.disruptive),
         }
 
 
@@ -92,6 +100,24 @@ class UpgradePlan:
 
 def _text(value: Any) -> Optional[str]:
     return None if value is None else str(value)
+
+
+def disruptive_changes(changes: List[ComponentChange]) -> List[str]:
+    """Why a step cannot go through the upgrade controller's node-by-node rollout (empty when it can)."""
+    messages = []
+    for change in changes:
+        if change.component != "driver_type" or change.to_version is None:
+            continue  # a stage that stops pinning driver_type asks for no switch
+        before = change.from_version or "compiled"  # the operator's default: usePrecompiled false
+        if before != change.to_version:
+            messages.append(
+                f"a driver_type change ({before} -> {change.to_version}) "
+                "is disruptive: the GPU Operator replaces the driver DaemonSets and restarts every driver pod at "
+                "once, bypassing the upgrade controller (NVIDIA/gpu-operator issues 2166, 2549); "
+                "gpufleet.upgrade.clusterpolicy_upgrade refuses it, see docs/gpu_operator.md "
+                "'Switching precompiled and compiled drivers'"
+            )
+    return messages
 
 
 def plan_versions(
@@ -123,7 +149,13 @@ def plan_versions(
                 following[component] = after[component]
             else:
                 following.pop(component, None)
-        step = PlanStep(number=len(steps) + 1, group=group, changes=changes, versions_after=following)
+        step = PlanStep(
+            number=len(steps) + 1,
+            group=group,
+            changes=changes,
+            versions_after=following,
+            disruptive=disruptive_changes(changes),
+        )
         for rule, findings in check_version_set(following, catalog=catalog, previous=current).items():
             violations = [finding.message for finding in findings if finding.status == VIOLATION]
             warnings = [finding.message for finding in findings if finding.status == WARNING]
@@ -152,3 +184,17 @@ def plan_stage(
         direction=direction,
     )
     return UpgradePlan(baseline=baseline, target=target, direction=direction, steps=steps)
+
+
+def disruptive_refusal(plan: Mapping[str, Any], *, stage: str) -> str:
+    """The reason the upgrade flow refuses a plan (``UpgradePlan.as_dict()``) with a disruptive step; "" when none."""
+    messages = [message for step in plan.get("steps") or [] for message in step.get("disruptive") or []]
+    if not messages:
+        return ""
+    return (
+        f"{stage} changes how the driver is installed, which the upgrade flow does not roll out: "
+        + "; ".join(messages)
+        + f". Nothing was changed. Next: give {stage} the driver_type of current_production (or leave it out) to "
+        "upgrade versions, and make the switch itself as docs/gpu_operator.md 'Switching precompiled and compiled "
+        "drivers' describes"
+    )

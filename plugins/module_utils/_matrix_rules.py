@@ -50,6 +50,7 @@ COMPONENT_GROUPS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
         (
             "gpu_operator",
             "gpu_driver",
+            "driver_type",
             "cuda",
             "dcgm",
             "dcgm_hostengine",

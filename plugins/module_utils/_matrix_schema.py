@@ -35,6 +35,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model imp
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_versions import (
     COMPONENT_EXAMPLES,
+    DRIVER_TYPES,
     FIRMWARE_KEY_PATTERN,
     VERSION_COMPONENTS,
     VersionParseError,
@@ -62,6 +63,8 @@ _PLACEHOLDER_NOTE = (
 
 
 def _version_property(component: str) -> Dict[str, Any]:
+    if component == "driver_type":
+        return {"type": "string", "enum": list(DRIVER_TYPES), "description": COMPONENT_EXAMPLES[component] + "."}
     return {"type": "string", "minLength": 1, "description": f"{COMPONENT_EXAMPLES[component]}. {_PLACEHOLDER_NOTE}"}
 
 
@@ -265,6 +268,8 @@ def _schema_errors(matrix: Matrix) -> List[MatrixError]:
             )
         elif error.validator == "minLength":
             errors.append(MatrixError(file=matrix.source, stage=stage, key=key, found="", expected="a version"))
+        elif error.validator == "enum":
+            continue  # driver_type: the grammar check reports it once, in words
         else:
             errors.append(
                 MatrixError(

@@ -50,7 +50,11 @@ COMPONENT_EXAMPLES = {
     "device_plugin": "a device plugin version like v0.16.2",
     "container_toolkit": "a container toolkit version like v1.16.2",
     "nccl": "an NCCL version like 2.22.3",
+    "driver_type": "precompiled or compiled: how the GPU Operator installs the driver (driver.usePrecompiled)",
 }
+
+# driver_type is not a version: a change of it is disruptive at any version (docs/gpu_operator.md).
+DRIVER_TYPES = ("compiled", "precompiled")
 
 VERSION_COMPONENTS = tuple(name for name in COMPONENT_EXAMPLES if name != "firmware")
 
@@ -334,6 +338,12 @@ def _parse_sriov(text: str) -> Version:
     return Version("sriov_operator", text, key, tail=build, detail={"minor": f"{numbers[0]}.{numbers[1]}"})
 
 
+def _parse_driver_type(text: str) -> Version:
+    if text not in DRIVER_TYPES:
+        raise VersionParseError("driver_type", text, "precompiled or compiled")
+    return Version("driver_type", text, (DRIVER_TYPES.index(text),))
+
+
 def parse_version(component: str, text: object) -> Version:
     """Parse ``text`` by the grammar of ``component`` (``firmware_<name>`` keys included)."""
     if not isinstance(text, str):
@@ -364,6 +374,8 @@ def parse_version(component: str, text: object) -> Version:
         return _parse_nccl(value)
     if kind == "sriov_operator":
         return _parse_sriov(value)
+    if kind == "driver_type":
+        return _parse_driver_type(value)
     raise VersionParseError(component, value, "a known component")
 
 

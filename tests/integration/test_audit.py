@@ -94,6 +94,24 @@ def test_a_matrix_with_production_only_audits_without_a_plan(shared_twin, tmp_pa
     assert result["drift"]["nodes_with_drift"] == []
 
 
+def test_driver_type_is_audited_from_the_clusterpolicy(shared_twin, tmp_path):
+    # The twin's ClusterPolicy builds the driver on the node (usePrecompiled false): a matrix asking for
+    # precompiled drivers is drift, reported cluster-wide with where the audit read it.
+    text = MATRIX.read_text()
+    pinned = tmp_path / "precompiled.yaml"
+    pinned.write_text(
+        text.replace(
+            '      gpu_driver: "550.127.05"\n', '      gpu_driver: "550.127.05"\n      driver_type: "precompiled"\n', 1
+        )
+    )
+    run = audit(shared_twin, tmp_path / "out", audit_matrix_file=str(pinned), audit_fail_on_drift=False)
+    assert run.returncode == 0, run.output
+    result = json.loads((tmp_path / "out" / "audit.json").read_text())
+    (row,) = [row for row in result["drift"]["cluster"] if row["component"] == "driver_type"]
+    assert (row["expected"], row["found"], row["status"]) == ("precompiled", "compiled", "drift")
+    assert row["source"] == "ClusterPolicy gpu-cluster-policy spec.driver.usePrecompiled"
+
+
 MALFORMED = {
     "unknown_key": (
         "current_production:\n  gpu_operator: v24.9.0\n  gpu_drvier: 560.35.03\n",

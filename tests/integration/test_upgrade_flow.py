@@ -377,6 +377,34 @@ def test_a_matrix_changing_two_groups_is_refused_before_any_change(shared_twin, 
     assert last_report(workspace, "canary").startswith("# Canary refused (nothing was changed)")
 
 
+def driver_pod_uids(twin) -> dict:
+    pods = json.loads(
+        kubectl(twin, "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nvidia-driver", "-o", "json")
+    )["items"]
+    return {pod["spec"]["nodeName"]: pod["metadata"]["uid"] for pod in pods}
+
+
+def test_a_driver_type_switch_is_refused_before_any_change(shared_twin, workspace):
+    """precompiled <-> compiled restarts every driver pod at once (NVIDIA/gpu-operator issues 2166, 2549)."""
+    text = (workspace / "matrix.yaml").read_text()
+    start = text.index("    canary_testing:")
+    end = text.index("    rollback:")
+    canary = '    canary_testing:\n      driver_type: "precompiled"\n      canary_node: "gpu-worker-001"\n\n'
+    (workspace / "matrix.yaml").write_text(text[:start] + canary + text[end:])
+    uids = driver_pod_uids(shared_twin)
+    shared_twin.admin("POST", "report/reset")
+    run = flow(shared_twin, workspace, "canary")
+    assert run.returncode != 0
+    assert "canary_testing changes how the driver is installed" in run.output
+    assert "a driver_type change (compiled -> precompiled) is disruptive" in run.output
+    assert writes(shared_twin) == {}
+    assert driver_pod_uids(shared_twin) == uids and len(uids) == 6
+    policy = json.loads(kubectl(shared_twin, "get", "clusterpolicy", "gpu-cluster-policy", "-o", "json"))
+    assert policy["spec"]["driver"].get("usePrecompiled") is not True
+    (entry,) = file_ledger(workspace)
+    assert (entry["outcome"], entry["cluster_changed"]) == ("refused", False)
+
+
 def test_a_group_without_a_role_is_refused_naming_it(shared_twin, workspace):
     text = (workspace / "matrix.yaml").read_text()
     start = text.index("    canary_testing:")

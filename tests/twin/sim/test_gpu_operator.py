@@ -884,3 +884,34 @@ def _admin_text(twin: Any, path: str) -> str:
     request = urllib.request.Request(f"{twin.admin_url}/{path}", headers={"Authorization": f"Bearer {twin.token}"})
     with urllib.request.urlopen(request, context=twin._context(), timeout=30) as response:
         return response.read().decode()
+
+
+def test_switching_to_precompiled_replaces_the_driver_daemonset_and_restarts_every_pod_at_once(run) -> None:
+    """NVIDIA/gpu-operator issues 2166, 2549: the switch bypasses the upgrade controller."""
+    cluster = make_cluster(workers=3, workloads=False)
+    before: dict[str, str] = {}
+
+    async def scenario(cluster: Cluster) -> None:
+        await settled(cluster)
+        before.update({node: pod["metadata"]["uid"] for node, pod in cluster.driver_pods().items()})
+
+        def precompiled(policy: Obj) -> None:
+            policy["spec"]["driver"].update(usePrecompiled=True, version="550")
+
+        cluster.patch_policy(precompiled)
+        await until(
+            lambda: (
+                len(cluster.driver_pods()) == 3
+                and all(pod["metadata"]["uid"] not in before.values() for pod in cluster.driver_pods().values())
+            ),
+            what="new driver pods on every node",
+        )
+
+    run(cluster, scenario)
+    names = {ds["metadata"]["name"] for ds in cluster.store.list(cluster.kinds.daemonset, cluster.operator.namespace)}
+    assert "nvidia-driver-daemonset" not in names
+    assert f"nvidia-driver-daemonset-ubuntu22.04-{KERNEL}" in names
+    assert cluster.driver_image("gpu-worker-001").endswith(f":550-{KERNEL}-ubuntu22.04")
+    # No node went through the controller's states: the old pods went with their DaemonSet.
+    assert not [e for e in cluster.events("GPUDriverUpgrade") if "cordon-required" in e["message"]]
+    assert gop.sanitized_kernel("5.14.0-427.37.1.el9_4.x86_64_64k") == "5.14.0-427.37.1.el9.4"

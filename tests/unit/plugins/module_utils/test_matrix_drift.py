@@ -244,3 +244,27 @@ def test_real_gfd_labels_from_a_published_node_list() -> None:
     assert observed.nodes, "the sample's GPU node is recognised"
     assert {node.gpu_driver for node in observed.nodes} == {"550.90.07"}
     assert all(node.kernel for node in observed.nodes)
+
+
+def _policy(driver: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "gpu-cluster-policy"}, "spec": {"driver": driver}}
+
+
+@pytest.mark.parametrize(
+    ("driver", "found"),
+    [
+        ({"usePrecompiled": True, "version": "550"}, "precompiled"),
+        ({"usePrecompiled": False}, "compiled"),
+        ({}, "compiled"),  # the CRD's default is false
+        ({"usePrecompiled": True, "useNvidiaDriverCRD": True}, None),  # the NVIDIADrivers decide
+    ],
+)
+def test_driver_type_is_read_from_the_clusterpolicy(driver: dict[str, Any], found: Any) -> None:
+    observed = observe_from_api(nodes=[], clusterpolicies=[_policy(driver)])
+    assert observed.cluster.driver_type == found
+    report = compute_drift({ROLE_PRODUCTION: {"driver_type": "compiled"}}, observed)
+    [row] = report["cluster"]
+    expected = {"compiled": STATUS_OK, "precompiled": STATUS_DRIFT, None: STATUS_UNKNOWN}[found]
+    assert (row["component"], row["found"], row["status"]) == ("driver_type", found, expected)
+    if found:
+        assert row["source"] == "ClusterPolicy gpu-cluster-policy spec.driver.usePrecompiled"

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_catalog import Catalog, load_catalog
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import load_matrix_file
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model import load_matrix_file, matrix_from_text
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_planner import (
     DIRECTION_ROLLBACK,
+    disruptive_refusal,
     plan_stage,
 )
 
@@ -100,3 +101,48 @@ def test_plan_as_dict_is_plain_data(catalog: Catalog) -> None:
 def test_plan_to_the_baseline_itself_is_empty(catalog: Catalog) -> None:
     matrix = load_matrix_file(str(FIXTURES / "good-stages.yaml"))
     assert plan_stage(matrix, "current_production", catalog=catalog).steps == []
+
+
+_PRECOMPILED_MATRIX = """
+current_production:
+  gpu_operator: "v24.9.0"
+  gpu_driver: "550.127.05"
+  driver_type: "compiled"
+canary_testing:
+  driver_type: "precompiled"
+  canary_node: "gpu-worker-001"
+"""
+
+
+def test_a_driver_type_change_is_a_disruptive_gpu_operator_step(catalog: Catalog) -> None:
+    matrix = matrix_from_text(_PRECOMPILED_MATRIX, source="m.yaml")
+    [step] = plan_stage(matrix, "canary_testing", catalog=catalog).steps
+    assert step.group == "gpu_operator"
+    assert _changes(step) == [("driver_type", "compiled", "precompiled")]
+    [message] = step.disruptive
+    assert message.startswith("a driver_type change (compiled -> precompiled) is disruptive")
+    assert "2166" in message and step.as_dict()["disruptive"] == [message]
+    # The same type pinned twice plans nothing.
+    same = matrix_from_text(_PRECOMPILED_MATRIX.replace('"precompiled"', '"compiled"'), source="m.yaml")
+    assert plan_stage(same, "canary_testing", catalog=catalog).steps == []
+
+
+def test_pinning_the_default_driver_type_is_not_disruptive(catalog: Catalog) -> None:
+    text = 'current_production:\n  gpu_driver: "550.127.05"\ncanary_testing:\n  driver_type: "compiled"\n'
+    [step] = plan_stage(matrix_from_text(text, source="m.yaml"), "canary_testing", catalog=catalog).steps
+    assert _changes(step) == [("driver_type", None, "compiled")]
+    assert step.disruptive == []
+    text = 'current_production:\n  gpu_driver: "550.127.05"\ncanary_testing:\n  driver_type: "precompiled"\n'
+    [step] = plan_stage(matrix_from_text(text, source="m.yaml"), "canary_testing", catalog=catalog).steps
+    assert step.disruptive and "(compiled -> precompiled)" in step.disruptive[0]
+
+
+def test_the_upgrade_flow_refuses_a_disruptive_plan_and_says_what_to_do(catalog: Catalog) -> None:
+    matrix = matrix_from_text(_PRECOMPILED_MATRIX, source="m.yaml")
+    reason = disruptive_refusal(plan_stage(matrix, "canary_testing", catalog=catalog).as_dict(), stage="canary_testing")
+    assert reason.startswith("canary_testing changes how the driver is installed")
+    assert "(compiled -> precompiled)" in reason and "Nothing was changed. Next:" in reason
+    versions_only = matrix_from_text(
+        _PRECOMPILED_MATRIX.replace('driver_type: "precompiled"', 'gpu_driver: "550.144.03"'), source="m.yaml"
+    )
+    assert disruptive_refusal(plan_stage(versions_only, "canary_testing", catalog=catalog).as_dict(), stage="x") == ""

@@ -12,6 +12,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_model imp
     MatrixError,
     load_matrix_file,
     matrix_from_data,
+    matrix_from_text,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_schema import (
     HAS_JSONSCHEMA,
@@ -164,3 +165,17 @@ def test_a_stage_that_is_not_a_mapping() -> None:
     [error] = validate_matrix(matrix).errors
     assert (error.stage, error.key, error.found, error.expected) == ("rollback", None, "v2025-12-stable", "a mapping")
     assert "rollback" not in matrix.stages
+
+
+def test_driver_type_is_precompiled_or_compiled() -> None:
+    good = matrix_from_text('current_production:\n  driver_type: "precompiled"\n', source="good.yaml")
+    assert validate_matrix(good).errors == []
+    bad = matrix_from_text('current_production:\n  driver_type: "precompile"\n', source="bad.yaml")
+    [error] = validate_matrix(bad).errors
+    assert (error.file, error.stage, error.key, error.found) == (
+        "bad.yaml",
+        "current_production",
+        "driver_type",
+        "precompile",
+    )
+    assert "precompiled" in error.expected and "compiled" in error.expected

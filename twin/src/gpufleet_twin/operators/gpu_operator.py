@@ -48,8 +48,14 @@ Where the twin knowingly differs, and why:
   (and the twin's ``never-allow`` fault annotation) but not request hooks.
 - The metrics are served at ``GET /admin/gpu-operator/metrics``.
 
-Left out: vGPU/sandbox/Kata/CC operands, precompiled image tags per kernel,
-DRA, and the per-CR upgrade policy of v26.7.
+Precompiled drivers (``driver.usePrecompiled``) get one DaemonSet per OS and
+kernel, ``nvidia-driver-daemonset-<os>-<kernel>``, image tag
+``<branch>-<kernel>-<os>``, as upstream's node pools do; switching between
+precompiled and compiled therefore deletes the old DaemonSets and creates new
+ones, so every driver pod restarts at once, outside the upgrade controller
+(NVIDIA/gpu-operator issues 2166, 2549).
+
+Left out: vGPU/sandbox/Kata/CC operands, DRA, and the per-CR upgrade policy of v26.7.
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ NAMESPACE_BY_PROFILE = {"openshift": "nvidia-gpu-operator", "kubernetes": "gpu-o
 DRIVER_SECONDS_ANNOTATION = "twin.gpufleet.io/driver-load-seconds"
 # Labels and annotations of the operator (controllers/state_manager.go, object_controls.go).
 DRIVER_APP = "nvidia-driver-daemonset"
+KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 DRIVER_COMPONENT = "nvidia-driver"
 DTK_LABEL = "openshift.driver-toolkit"
@@ -617,10 +624,61 @@ def _driver_containers(
     return init, containers
 
 
+def sanitized_kernel(kernel: str) -> str:
+    """getSanitizedKernelVersion: 5.14.0-427.37.1.el9_4.x86_64 -> 5.14.0-427.37.1.el9.4 (architecture dropped)."""
+    for arch in (".x86_64_64k", ".aarch64_64k", ".x86_64", ".aarch64"):
+        if kernel.endswith(arch):
+            kernel = kernel[: -len(arch)]
+            break
+    return kernel.replace("_", ".")
+
+
+def _render_precompiled_driver_daemonsets(
+    policy: Obj, driver: Obj, *, namespace: str, manager_image: str, nodes: list[Mapping[str, str]]
+) -> list[Obj]:
+    """Precompiled: one DaemonSet per (OS, kernel) pool, as upstream's getNodePools does when usePrecompiled.
+
+    The pool's name is ``<os>-<sanitized kernel>``, its selector the NFD kernel
+    label, the image tag ``<branch>-<kernel>-<os>`` (NVIDIA/gpu-operator's
+    driver node pools and getSanitizedKernelVersion). The names differ from
+    the compiled DaemonSets', so a switch replaces them.
+    """
+    pools = sorted(
+        {(tag, labels[KERNEL_LABEL]) for labels in nodes if (tag := node_os_tag(labels)) and labels.get(KERNEL_LABEL)}
+    )
+    rendered = []
+    for os_tag, kernel in pools:
+        name = f"{DRIVER_APP}-{os_tag}-{sanitized_kernel(kernel)}"[:63]
+        image = image_path(
+            driver.get("repository"), driver.get("image", "driver"), f"{driver.get('version') or ''}-{kernel}-{os_tag}"
+        )
+        labels = {"app": name, COMPONENT_LABEL: DRIVER_COMPONENT, "nvidia.com/precompiled": "true"}
+        init, containers = _driver_containers(
+            driver=driver, image=image, openshift=False, rhcos=None, manager_image=manager_image
+        )
+        rendered.append(
+            _daemonset(
+                name=name,
+                namespace=namespace,
+                labels={**labels, "nvidia.com/precompiled.kernel-version": sanitized_kernel(kernel)},
+                pod_labels=labels,
+                node_selector={DEPLOY_PREFIX + "driver": "true", KERNEL_LABEL: kernel},
+                containers=containers,
+                init_containers=init,
+                policy=policy,
+                owner=policy,
+                update_strategy={"type": "OnDelete"},
+                service_account="nvidia-driver",
+                annotations={"openshift.io/scc": "nvidia-driver"},
+            )
+        )
+    return rendered
+
+
 def render_driver_daemonsets(
     policy: Obj, *, namespace: str, profile: str, gpu_nodes: Iterable[Mapping[str, str]]
 ) -> list[Obj]:
-    """state-driver of the ClusterPolicy: one OnDelete DaemonSet, or one per RHCOS version on OpenShift."""
+    """state-driver of the ClusterPolicy: one OnDelete DaemonSet, one per RHCOS version on OpenShift, or per kernel."""
     driver = _policy_section(policy, "driver")
     if driver.get("enabled") is False or driver.get("useNvidiaDriverCRD"):
         return []
@@ -633,6 +691,10 @@ def render_driver_daemonsets(
     base_selector = {DEPLOY_PREFIX + "driver": "true"}
     nodes = list(gpu_nodes)
     rendered: list[Obj] = []
+    if driver.get("usePrecompiled"):
+        return _render_precompiled_driver_daemonsets(
+            policy, driver, namespace=namespace, manager_image=manager_image, nodes=nodes
+        )
     if profile == "openshift":
         rhcos_versions = sorted({labels[OSTREE_LABEL] for labels in nodes if labels.get(OSTREE_LABEL)})
         for rhcos in rhcos_versions:
