@@ -2,9 +2,10 @@
 # Copyright: Contributors to the gpufleet.upgrade project
 """The GPU Operator's operands the matrix names: what to write and what to verify (collection-internal, pure).
 
-The matrix's ``dcgm``, ``device_plugin`` and ``container_toolkit`` are the
-ClusterPolicy's ``dcgmExporter``, ``devicePlugin`` and ``toolkit`` images (the
-same mapping the drift audit reads, ``_matrix_drift``). The operator takes an
+The matrix's ``dcgm``, ``dcgm_hostengine``, ``device_plugin`` and
+``container_toolkit`` are the ClusterPolicy's ``dcgmExporter``, ``dcgm`` (the
+standalone host engine, which runs only when enabled), ``devicePlugin`` and
+``toolkit`` images (the same mapping the drift audit reads, ``_matrix_drift``). The operator takes an
 operand's image from the ClusterPolicy when the policy names its repository
 and version, else from its own environment (``DCGM_EXPORTER_IMAGE``,
 ``DEVICE_PLUGIN_IMAGE``, ``CONTAINER_TOOLKIT_IMAGE``: the OLM bundle's
@@ -29,6 +30,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_drift imp
     CLUSTERPOLICY_FIELDS,
     OPERAND_DAEMONSETS,
     image_tag,
+    operand_enabled,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_versions import (
     _OS_SUFFIX,
@@ -65,7 +67,7 @@ def operand_plan(policy: Mapping[str, Any], target: Mapping[str, Any]) -> Dict[s
     for component, field in CLUSTERPOLICY_FIELDS.items():
         wanted = str(target.get(component) or "").strip()
         section = spec.get(field) or {}
-        if not wanted or section.get("enabled") is False:
+        if not wanted or not operand_enabled(spec, field):
             continue
         running = str(section.get("version") or "")
         # A digest pins an exact image (mirrored registries): not ours to replace by a tag.

@@ -64,6 +64,7 @@ CLUSTER_COMPONENTS = (
     "network_operator",
     "sriov_operator",
     "dcgm",
+    "dcgm_hostengine",
     "device_plugin",
     "container_toolkit",
     "driver_type",
@@ -79,10 +80,25 @@ _RHCOS_IMAGE = re.compile(r"CoreOS\s+(\d+\.\d+\.\d+-\d+)")
 # Operand DaemonSets the GPU Operator creates, and the image each holds (shared with _gpu_operands).
 OPERAND_DAEMONSETS = {
     "dcgm": ("nvidia-dcgm-exporter", "dcgm-exporter"),
+    "dcgm_hostengine": ("nvidia-dcgm", "/dcgm:"),
     "device_plugin": ("nvidia-device-plugin-daemonset", "k8s-device-plugin"),
     "container_toolkit": ("nvidia-container-toolkit-daemonset", "container-toolkit"),
 }
-CLUSTERPOLICY_FIELDS = {"dcgm": "dcgmExporter", "device_plugin": "devicePlugin", "container_toolkit": "toolkit"}
+CLUSTERPOLICY_FIELDS = {
+    "dcgm": "dcgmExporter",
+    "dcgm_hostengine": "dcgm",
+    "device_plugin": "devicePlugin",
+    "container_toolkit": "toolkit",
+}
+# The standalone DCGM host engine runs only when enabled; the other operands unless disabled
+# (NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go, DCGMSpec.IsEnabled).
+_OFF_UNLESS_ENABLED = frozenset({"dcgm"})
+
+
+def operand_enabled(spec: Mapping[str, Any], field_name: str) -> bool:
+    """Whether the ClusterPolicy runs the operand of ``field_name`` (its ``enabled``, else the operator's default)."""
+    enabled = (spec.get(field_name) or {}).get("enabled")
+    return bool(enabled) if enabled is not None else field_name not in _OFF_UNLESS_ENABLED
 _CSV_PREFIXES = {
     "gpu_operator": ("gpu-operator-certified.", "gpu-operator."),
     "network_operator": ("nvidia-network-operator.", "network-operator."),
@@ -131,6 +147,7 @@ class ObservedCluster:
     network_operator: Optional[str] = None
     sriov_operator: Optional[str] = None
     dcgm: Optional[str] = None
+    dcgm_hostengine: Optional[str] = None
     device_plugin: Optional[str] = None
     container_toolkit: Optional[str] = None
     driver_type: Optional[str] = None
@@ -338,6 +355,8 @@ def _operand_versions(
         spec = policy.get("spec") or {}
         for component, field_name in CLUSTERPOLICY_FIELDS.items():
             version = (spec.get(field_name) or {}).get("version")
+            if not operand_enabled(spec, field_name):
+                continue
             if version and not _is_digest(version) and component not in found:
                 found[component] = (str(version), f"ClusterPolicy {_ref(policy)} spec.{field_name}.version")
     for policy in clusterpolicies:

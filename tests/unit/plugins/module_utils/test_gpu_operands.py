@@ -105,3 +105,21 @@ def test_an_unpinned_operand_must_run_the_matrix_version_from_the_release() -> N
     assert "pin it in the ClusterPolicy or correct the matrix" in operand_rollout(
         plugin, daemonset(name, "nvcr.io/nvidia/k8s-device-plugin:v0.17.0-ubi9")
     )
+
+
+def test_the_standalone_host_engine_is_pinned_only_where_it_runs() -> None:
+    target = {**TARGET, "dcgm_hostengine": "4.1.1-2"}
+    policy = chart_policy()
+    policy["spec"]["dcgm"] = {"repository": "nvcr.io/nvidia/cloud-native", "image": "dcgm",
+                              "version": "3.3.8-1-ubuntu22.04"}  # fmt: skip
+    # Off unless enabled (DCGMSpec.IsEnabled): nothing to pin, nothing to verify.
+    assert not any(o["component"] == "dcgm_hostengine" for o in operand_plan(policy, target)["operands"])
+    policy["spec"]["dcgm"]["enabled"] = True
+    plan = operand_plan(policy, target)
+    assert plan["patch"]["spec"]["dcgm"] == {"version": "4.1.1-2-ubuntu22.04"}
+    engine = next(o for o in plan["operands"] if o["component"] == "dcgm_hostengine")
+    assert (engine["daemonset"], engine["version"]) == ("nvidia-dcgm", "4.1.1-2-ubuntu22.04")
+    running = daemonset("nvidia-dcgm", "nvcr.io/nvidia/cloud-native/dcgm:4.1.1-2-ubuntu22.04")
+    assert operand_rollout(engine, running) == ""
+    exporter = daemonset("nvidia-dcgm", "nvcr.io/nvidia/k8s/dcgm-exporter:4.1.1-4.0.4-ubi9")
+    assert "runs no tagged image" in operand_rollout(engine, exporter)

@@ -268,3 +268,25 @@ def test_driver_type_is_read_from_the_clusterpolicy(driver: dict[str, Any], foun
     assert (row["component"], row["found"], row["status"]) == ("driver_type", found, expected)
     if found:
         assert row["source"] == "ClusterPolicy gpu-cluster-policy spec.driver.usePrecompiled"
+
+
+def test_the_standalone_host_engine_is_read_only_where_it_runs() -> None:
+    engine = {"repository": "nvcr.io/nvidia/cloud-native", "image": "dcgm", "version": "4.1.1-2-ubuntu22.04"}
+    matrix = {ROLE_PRODUCTION: {"dcgm_hostengine": "4.1.1-2"}}
+    off = {"metadata": {"name": "gpu-cluster-policy"}, "spec": {"dcgm": engine}}  # off unless enabled
+    [row] = compute_drift(matrix, observe_from_api(nodes=[], clusterpolicies=[off]))["cluster"]
+    assert (row["found"], row["status"]) == (None, STATUS_UNKNOWN)
+    on = {"metadata": {"name": "gpu-cluster-policy"}, "spec": {"dcgm": {**engine, "enabled": True}}}
+    [row] = compute_drift(matrix, observe_from_api(nodes=[], clusterpolicies=[on]))["cluster"]
+    assert (row["found"], row["status"]) == ("4.1.1-2-ubuntu22.04", STATUS_OK)
+    assert row["source"] == "ClusterPolicy gpu-cluster-policy spec.dcgm.version"
+    # Unpinned in the policy: the DaemonSet's image says what runs (the exporter's image is not it).
+    daemonsets = [
+        {"metadata": {"name": name, "namespace": "nvidia-gpu-operator"},
+         "spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}}
+        for name, image in (("nvidia-dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.1.1-4.0.4-ubi9"),
+                            ("nvidia-dcgm", "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"))
+    ]  # fmt: skip
+    observed = observe_from_api(nodes=[], clusterpolicies=[], daemonsets=daemonsets)
+    [row] = compute_drift(matrix, observed)["cluster"]
+    assert (row["found"], row["status"]) == ("4.2.3-1-ubuntu22.04", STATUS_DRIFT)
