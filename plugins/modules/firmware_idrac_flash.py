@@ -72,6 +72,16 @@ options:
     type: str
     choices: [GracefulRestart, ForceRestart, PowerCycle]
     default: GracefulRestart
+  power_cycle_on_reboot_pending:
+    description:
+      - What to do when an update job ends "Job completed, server reboot pending" (an iDRAC NIC whose firmware
+        activates only at a cold boot; dell/iDRAC-Redfish-Scripting issues 266 and 375).
+      - C(true) power-cycles the host (C(PowerCycle), else C(ForceOff) then C(On)), follows the jobs again and
+        verifies the versions in FirmwareInventory.
+      - C(false) stops with an error naming the BMC, the jobs and how to complete them; nothing is power cycled.
+      - Check mode never power-cycles.
+    type: bool
+    default: false
   rollback:
     description: Flash the C(Previous-) image the BMC keeps for each matched device instead of an image.
     type: bool
@@ -251,6 +261,7 @@ def argument_spec():
             "choices": ["GracefulRestart", "ForceRestart", "PowerCycle"],
             "default": "GracefulRestart",
         },
+        power_cycle_on_reboot_pending={"type": "bool", "default": False},
         rollback={"type": "bool", "default": False},
         allow_downgrade={"type": "bool", "default": False},
         job_timeout={"type": "int", "default": 1800},
@@ -275,6 +286,7 @@ def flash(module):
         apply_time=params["apply_time"],
         reboot=params["reboot"],
         reset_type=params["reset_type"],
+        power_cycle_on_reboot_pending=params["power_cycle_on_reboot_pending"],
         rollback=params["rollback"],
         allow_downgrade=params["allow_downgrade"],
         job_timeout=params["job_timeout"],

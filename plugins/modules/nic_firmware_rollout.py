@@ -106,6 +106,16 @@ options:
     type: str
     choices: [GracefulRestart, ForceRestart, PowerCycle]
     default: GracefulRestart
+  power_cycle_on_reboot_pending:
+    description:
+      - What to do when an update job ends "Job completed, server reboot pending" (an iDRAC NIC whose firmware
+        activates only at a cold boot; dell/iDRAC-Redfish-Scripting issues 266 and 375).
+      - C(true) power-cycles the host (C(PowerCycle), else C(ForceOff) then C(On)), follows the jobs again and
+        verifies the versions in FirmwareInventory.
+      - C(false) stops with an error naming the BMC, the jobs and how to complete them; nothing is power cycled.
+      - Check mode never power-cycles.
+    type: bool
+    default: false
   rollback:
     description: Flash each device's C(Previous-) image instead of an image.
     type: bool
@@ -324,6 +334,7 @@ def argument_spec():
             "choices": ["GracefulRestart", "ForceRestart", "PowerCycle"],
             "default": "GracefulRestart",
         },
+        power_cycle_on_reboot_pending={"type": "bool", "default": False},
         rollback={"type": "bool", "default": False},
         allow_downgrade={"type": "bool", "default": False},
         rollout_name={"type": "str", "default": "nic-firmware"},
@@ -355,6 +366,7 @@ def rollout_options(module):
         apply_time=params["apply_time"],
         reboot=True,
         reset_type=params["reset_type"],
+        power_cycle_on_reboot_pending=params["power_cycle_on_reboot_pending"],
         rollback=params["rollback"],
         allow_downgrade=params["allow_downgrade"],
         job_timeout=params["job_timeout"],
