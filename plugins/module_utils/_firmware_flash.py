@@ -358,9 +358,7 @@ class BmcFlasher:
         for job in jobs:
             if job.progress is not None and job.progress.finished:
                 continue
-            self._follow(
-                job, until_scheduled=False, timeout=max(0.0, deadline - self.client.clock()), settled=settled
-            )
+            self._follow(job, until_scheduled=False, timeout=max(0.0, deadline - self.client.clock()), settled=settled)
 
     def reboot_pending(self) -> List[JobRecord]:
         return [job for job in self.jobs if job.progress is not None and job.progress.reboot_pending]

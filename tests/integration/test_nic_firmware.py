@@ -203,7 +203,9 @@ def test_a_nic_job_that_ends_reboot_pending_halts_or_is_power_cycled(twin: TwinP
     assert view["resets"] == ["GracefulRestart"]  # no power cycle without permission
     assert nic_firmware(twin, first) == OLD_CX7  # the job said "completed"; the inventory says not running
     assert result["nodes_done"] == [] and sorted(result["nodes_not_started"]) == nodes[1:]
-    assert all(bmc_view(twin, name)["updateRequests"] == 0 and bmc_view(twin, name)["resets"] == [] for name in nodes[1:])
+    assert all(
+        bmc_view(twin, name)["updateRequests"] == 0 and bmc_view(twin, name)["resets"] == [] for name in nodes[1:]
+    )
     assert gpu_nodes(twin)[first]["spec"].get("unschedulable") is True
 
     # Resume the node with permission. Check mode first: it plans and power-cycles nothing.
