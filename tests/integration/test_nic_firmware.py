@@ -208,18 +208,19 @@ def test_a_nic_job_that_ends_reboot_pending_halts_or_is_power_cycled(twin: TwinP
     )
     assert gpu_nodes(twin)[first]["spec"].get("unschedulable") is True
 
-    # Resume the node with permission. Check mode first: it plans and power-cycles nothing.
+    # Resume that node alone (labelled canary) with permission. Check mode first: it power-cycles nothing.
     kubectl(twin, "annotate", "node", first, f"{STATE}=pending", "--overwrite")
-    allowed = role_vars(twin, tmp_path, nic_firmware_action="promote", nic_firmware_max_unavailable=2,
-                        nic_firmware_power_cycle_on_reboot_pending=True)  # fmt: skip
+    kubectl(twin, "label", "node", first, "gpu-canary=true")
+    allowed = role_vars(twin, tmp_path, nic_firmware_action="canary", nic_firmware_power_cycle_on_reboot_pending=True)
     run, result = run_role(twin, tmp_path, allowed, check=True)
     assert run.returncode == 0, run.output
     assert bmc_view(twin, first)["resets"] == ["GracefulRestart"]
     run, result = run_role(twin, tmp_path, allowed)
     assert run.returncode == 0, run.output
-    assert sorted(result["nodes_done"]) == nodes
+    assert result["nodes_done"] == [first]
     assert bmc_view(twin, first)["resets"] == ["GracefulRestart", "GracefulRestart", "PowerCycle"]
     assert all(job["state"] != "RebootPending" for job in bmc_view(twin, first)["jobs"].values())
-    assert {nic_firmware(twin, name) for name in nodes} == {NEW_CX7}
-    assert all(bmc_view(twin, name)["resets"] == ["GracefulRestart"] for name in nodes[1:])
-    assert not any(node["spec"].get("unschedulable") for node in gpu_nodes(twin).values())
+    assert nic_firmware(twin, first) == NEW_CX7  # read back from the BMC's FirmwareInventory view
+    assert result["versions_after"][first]["NIC.Slot.1-1-1"] == "28.42.10.00"
+    assert all(bmc_view(twin, name)["resets"] == [] for name in nodes[1:])
+    assert not gpu_nodes(twin)[first]["spec"].get("unschedulable")

@@ -3,7 +3,8 @@ issue 266): the decisions, against a stand-in client that records what would be 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -32,10 +33,10 @@ DONE = UpdateProgress(state=PROGRESS_COMPLETED, detail="Completed", message="Job
 class StandIn:
     """The few client calls the reboot-pending path makes; resets are recorded, power follows them."""
 
-    def __init__(self, *, offered: List[str]) -> None:
+    def __init__(self, *, offered: list[str]) -> None:
         self.address = ADDRESS
         self.offered = offered
-        self.resets: List[str] = []
+        self.resets: list[str] = []
         self.power = "On"
         self.now = 0.0
 
@@ -55,13 +56,13 @@ class StandIn:
         if reset_type not in self.offered:
             raise InvalidInputError(f"BMC {ADDRESS}: reset type {reset_type} is not offered")
 
-    def reset_system(self, reset_type: str) -> Dict[str, Any]:
+    def reset_system(self, reset_type: str) -> dict[str, Any]:
         self.reset_action(reset_type)
         self.resets.append(reset_type)
         self.power = "Off" if reset_type == "ForceOff" else "On"
         return {"reset_type": reset_type}
 
-    def host_state(self, system: str) -> Dict[str, str]:
+    def host_state(self, system: str) -> dict[str, str]:
         return {"power_state": self.power, "boot_progress": "OSRunning"}
 
     def follow(self, observe: Callable[[], UpdateProgress], *, done: Callable[[UpdateProgress], bool], **_: Any):
@@ -73,10 +74,13 @@ class StandIn:
 
 
 def flasher(client: StandIn, *, allowed: bool) -> BmcFlasher:
-    options = FlashOptions(components=[ComponentSpec(match="NIC.*", version="28.42.1000", image_path="x", sha256="0" * 64)],
-                           power_cycle_on_reboot_pending=allowed, wait_sleep=1.0)  # fmt: skip
+    spec = ComponentSpec(match="NIC.*", version="28.42.1000", image_path="x", sha256="0" * 64)
+    options = FlashOptions(components=[spec], power_cycle_on_reboot_pending=allowed, wait_sleep=1.0)
     made = BmcFlasher(client, options)  # type: ignore[arg-type]
-    after_cycle = lambda: DONE if "PowerCycle" in client.resets or "On" in client.resets else PENDING  # noqa: E731
+
+    def after_cycle() -> UpdateProgress:
+        return DONE if "PowerCycle" in client.resets or "On" in client.resets else PENDING
+
     made.jobs.append(
         JobRecord(component="firmware_cx7", job_id="JID_000000000042", observe=after_cycle, progress=PENDING)
     )
