@@ -210,6 +210,13 @@ host_back_after:
   description: Seconds from the end of the jobs until the BMC reported the host on and booted.
   returned: when rebooted
   type: float
+power_cycle:
+  description:
+    - When jobs ended "Job completed, server reboot pending" and O(power_cycle_on_reboot_pending=true) - those jobs,
+      the reset sent (C(PowerCycle), or C(ForceOff+On) where PowerCycle is not offered) and when the host was back.
+  returned: when the host was power cycled for jobs pending a reboot
+  type: dict
+  sample: {reboot_pending_jobs: [JID_178000000123], reset: {reset_type: PowerCycle}, host_back_after: 310.2}
 checksums:
   description: Image label to the sha256 that was verified.
   returned: always
