@@ -108,12 +108,10 @@ options:
     default: GracefulRestart
   power_cycle_on_reboot_pending:
     description:
-      - What to do when an update job ends "Job completed, server reboot pending" (an iDRAC NIC whose firmware
-        activates only at a cold boot; dell/iDRAC-Redfish-Scripting issues 266 and 375).
-      - C(true) power-cycles the host (C(PowerCycle), else C(ForceOff) then C(On)), follows the jobs again and
-        verifies the versions in FirmwareInventory.
-      - C(false) stops with an error naming the BMC, the jobs and how to complete them; nothing is power cycled.
-      - Check mode never power-cycles.
+      - A node whose update job ends "Job completed, server reboot pending" (its NIC activates the firmware only at a
+        cold boot) is power cycled after its reset when C(true), then verified as any other node.
+      - When C(false) that node fails at its C(reboot) step, named with the job ids, and the rollout halts.
+      - See the option of the same name of M(gpufleet.upgrade.firmware_idrac_flash).
     type: bool
     default: false
   rollback:
