@@ -15,8 +15,14 @@ passed:
    reset, or has finished;
 5. with ``reboot``, reset the host (ComputerSystem.Reset), follow the jobs to
    their end and wait for the host (and a restarting BMC) to come back;
-6. read FirmwareInventory again and check every device runs its target;
-7. log out, also when a step failed.
+6. a job that ended "reboot pending" (flashed, active only after a power
+   cycle of the host: dell/iDRAC-Redfish-Scripting issues 266, 375) is
+   completed by a power cycle when ``power_cycle_on_reboot_pending`` allows
+   it, then followed again; otherwise the run stops naming the BMC, the jobs
+   and the option or reset that completes them;
+7. read FirmwareInventory again and check every device runs its target (a
+   job's state alone never counts as success);
+8. log out, also when a step failed.
 
 Every wait is bounded; a failure raises RedfishError naming the BMC, the job
 and the BMC's own message, with the partial result attached.
@@ -30,7 +36,7 @@ import http.client
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from urllib.error import URLError
 from urllib.parse import urlsplit
 
@@ -76,6 +82,7 @@ class FlashOptions:
     apply_time: str = "OnReset"
     reboot: bool = False
     reset_type: str = "GracefulRestart"
+    power_cycle_on_reboot_pending: bool = False
     rollback: bool = False
     allow_downgrade: bool = False
     job_timeout: float = 1800.0
@@ -300,11 +307,19 @@ class BmcFlasher:
             )
         return records
 
-    def _follow(self, job: JobRecord, *, until_scheduled: bool, timeout: float) -> UpdateProgress:
+    def _follow(
+        self, job: JobRecord, *, until_scheduled: bool, timeout: float, settled: bool = False
+    ) -> UpdateProgress:
+        """Follow a job until it waits for a reset (``until_scheduled``), ends, or waits for a reboot.
+
+        ``settled``: the host was power cycled for it, so "reboot pending" is no end any more.
+        """
         if job.observe is None:
             raise RedfishError(f"BMC {self.client.address}: nothing to follow for job {job.job_id or '?'}")
 
         def done(progress: UpdateProgress) -> bool:
+            if progress.reboot_pending:
+                return not settled
             return progress.finished or (until_scheduled and progress.state == PROGRESS_SCHEDULED)
 
         what = f"update job {job.job_id or '(task)'} of {job.component}"
@@ -337,13 +352,59 @@ class BmcFlasher:
         """Refuse, before anything is sent, a reset type this BMC does not offer."""
         self.client.reset_action(self.options.reset_type)
 
-    def finish_jobs(self, jobs: Sequence[JobRecord], *, timeout: float) -> None:
-        """Follow jobs to their end (they run in POST after a reset, or at once)."""
+    def finish_jobs(self, jobs: Sequence[JobRecord], *, timeout: float, settled: bool = False) -> None:
+        """Follow jobs to their end (they run in POST after a reset, or at once), or until they wait for a reboot."""
         deadline = self.client.clock() + timeout
         for job in jobs:
             if job.progress is not None and job.progress.finished:
                 continue
-            self._follow(job, until_scheduled=False, timeout=max(0.0, deadline - self.client.clock()))
+            self._follow(job, until_scheduled=False, timeout=max(0.0, deadline - self.client.clock()), settled=settled)
+
+    def reboot_pending(self) -> List[JobRecord]:
+        return [job for job in self.jobs if job.progress is not None and job.progress.reboot_pending]
+
+    def power_cycle(self) -> Dict[str, Any]:
+        """Cut the host's power and restore it: ``PowerCycle`` where offered, else ``ForceOff`` then ``On``."""
+        try:
+            self.client.reset_action("PowerCycle")
+        except InvalidInputError:
+            done = self.client.reset_system("ForceOff")
+            self._wait_power_off()
+            self.client.reset_system("On")
+            return {**done, "reset_type": "ForceOff+On"}
+        return self.client.reset_system("PowerCycle")
+
+    def _wait_power_off(self) -> None:
+        system = self.client.system_uri()
+        try:
+            wait_until(
+                lambda: self.client.host_state(system),
+                lambda seen: seen.get("power_state") == "Off",
+                timeout=self.options.reboot_timeout,
+                sleep=self.options.wait_sleep,
+                what=f"the host behind BMC {self.client.address} to power off",
+                clock=self.client.clock,
+                pause=self.client.pause,
+            )
+        except GpuFleetError as err:
+            raise RedfishError(f"{err.msg}; power it on again: ComputerSystem.Reset ResetType On") from err
+
+    def settle_reboot_pending(self) -> Dict[str, Any]:
+        """Complete jobs that wait for a reboot: power cycle when allowed, follow them again, wait for the host.
+
+        Not allowed: stop, naming the BMC, the jobs and what completes them. The caller verifies by inventory.
+        """
+        pending = self.reboot_pending()
+        if not pending:
+            return {}
+        if not self.options.power_cycle_on_reboot_pending:
+            raise RedfishError(reboot_pending_message(self.client.address, [job.as_dict() for job in pending]))
+        options = self.options
+        detail: Dict[str, Any] = {"reboot_pending_jobs": [job.job_id for job in pending]}
+        detail["reset"] = self.power_cycle()
+        self.finish_jobs(pending, timeout=options.job_timeout + options.reboot_timeout, settled=True)
+        detail["host_back_after"] = round(self.wait_host_up(timeout=options.reboot_timeout), 3)
+        return detail
 
     def carry_over(self, records: Sequence[JobRecord]) -> None:
         """Jobs started by another client (an earlier step): follow them through this one."""
@@ -409,6 +470,20 @@ class BmcFlasher:
         if problems:
             raise RedfishError(f"BMC {self.client.address}: after the update, " + "; ".join(problems))
         return inventory
+
+
+def reboot_pending_message(address: str, jobs: Sequence[Mapping[str, Any]]) -> str:
+    """Why a run stops at jobs that wait for a reboot, and the two ways to complete them."""
+    listed = ", ".join(
+        f"{job.get('job_id') or '(task)'} ({job.get('component')}: {job.get('message') or job.get('state')})"
+        for job in jobs
+    )
+    return (
+        f"BMC {address}: firmware job(s) {listed} are flashed but wait for a power cycle of the host to activate; "
+        "the new firmware is not running. Allow it with power_cycle_on_reboot_pending=true "
+        "(role nic_firmware: nic_firmware_power_cycle_on_reboot_pending: true) and run again, or power-cycle "
+        "the host yourself (ComputerSystem.Reset, ResetType PowerCycle) and run again to verify"
+    )
 
 
 def installed_versions(inventory: Sequence[InventoryItem], plan: FlashPlan) -> Dict[str, str]:
@@ -511,6 +586,10 @@ def _apply(flasher: BmcFlasher, plan: FlashPlan, *, result: Dict[str, Any]) -> N
         flasher.finish_jobs(flasher.jobs, timeout=options.job_timeout)
     if result["rebooted"]:
         result["host_back_after"] = round(flasher.wait_host_up(timeout=options.reboot_timeout), 3)
+    if flasher.reboot_pending():
+        result["jobs"] = [job.as_dict() for job in flasher.jobs]
+        result["power_cycle"] = flasher.settle_reboot_pending()
+        result["rebooted"] = True
 
 
 def _apply_pending_first(
@@ -532,6 +611,8 @@ def _apply_pending_first(
     result["rebooted"] = True
     flasher.finish_jobs(adopted, timeout=options.job_timeout + options.reboot_timeout)
     result["host_back_after"] = round(flasher.wait_host_up(timeout=options.reboot_timeout), 3)
+    if flasher.reboot_pending():
+        result["power_cycle"] = flasher.settle_reboot_pending()
     flasher.jobs.clear()
     plan = flasher.plan()
     result["components"] = plan.as_dict()

@@ -368,6 +368,10 @@ class NodeFirmware:
                 return {"reset": None, "why": "no update job waits for a reset"}
             flasher.finish_jobs(flasher.jobs, timeout=options.job_timeout + options.reboot_timeout)
             detail["host_back_after"] = round(flasher.wait_host_up(timeout=options.reboot_timeout), 3)
+            if flasher.reboot_pending():
+                # Flashed, active only after a power cycle: done when allowed, else the node fails here, named.
+                self._expect_reboot(node, self._boot_id(node))
+                detail["power_cycle"] = flasher.settle_reboot_pending()
             detail["jobs"] = [job.as_dict() for job in flasher.jobs]
             with self._lock:
                 self._jobs[node] = []

@@ -79,6 +79,10 @@ PROGRESS_SCHEDULED = "scheduled"  # waits for a reset of the host (applies OnRes
 PROGRESS_COMPLETED = "completed"
 PROGRESS_FAILED = "failed"
 PROGRESS_FINISHED = frozenset({PROGRESS_COMPLETED, PROGRESS_FAILED})
+# Flashed, but the device runs its new firmware only after a (cold) reboot of the host: iDRAC's
+# "Job completed, server reboot pending" (dell/iDRAC-Redfish-Scripting issues 266 and 375). Not finished.
+PROGRESS_REBOOT_PENDING = "reboot_pending"
+_REBOOT_PENDING_TEXT = "server reboot pending"
 
 
 # -- pure helpers -------------------------------------------------------------------------------
@@ -171,6 +175,10 @@ class UpdateProgress:
     def finished(self) -> bool:
         return self.state in PROGRESS_FINISHED
 
+    @property
+    def reboot_pending(self) -> bool:
+        return self.state == PROGRESS_REBOOT_PENDING
+
     def as_dict(self) -> Dict[str, Any]:
         return {
             "state": self.state,
@@ -179,6 +187,11 @@ class UpdateProgress:
             "message_id": self.message_id,
             "percent": self.percent,
         }
+
+
+def says_reboot_pending(text: str) -> bool:
+    """iDRAC's "Job completed, server reboot pending" (its GUI: "Completed, Server Reboot Pending")."""
+    return _REBOOT_PENDING_TEXT in text.lower()
 
 
 def _reset_required(messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -209,6 +222,9 @@ def task_progress(task: Mapping[str, Any]) -> UpdateProgress:
     percent_value = percent if isinstance(percent, int) else None
     if state in TASK_FAILED_STATES or (state == "Completed" and status == "Critical"):
         progress = PROGRESS_FAILED
+    elif any(says_reboot_pending(str(m.get("Message") or "")) for m in messages):
+        # Whatever the TaskState (issue 266 saw neither Completed nor Pending): the device waits for a reboot.
+        progress = PROGRESS_REBOOT_PENDING
     elif state == "Completed":
         progress = PROGRESS_COMPLETED
     elif state == "Pending" and _reset_required(messages):

@@ -13,7 +13,12 @@ Everything the collection knows that is iDRAC's own, and nothing else:
   ``Oem.Dell.Jobs``, else ``<manager>/Jobs``) rather than the Task: jobs
   survive an iDRAC restart, Tasks do not. JobState ``Scheduled`` waits for a
   host reset; ``CompletedWithErrors`` counts as a failure (the devices may be
-  half updated; the version check decides).
+  half updated; the version check decides). A firmware job that says
+  "Job completed, server reboot pending" is flashed but not active: the
+  device needs a reboot or power cycle (dell/iDRAC-Redfish-Scripting issues
+  266, 375). The message decides, not the JobState (``RebootPending`` is
+  also the state of the Lifecycle Controller's own reboot job while it
+  runs); only FirmwareInventory read afterwards tells the firmware runs.
 - Rollback is Dell's documented way (dellemc.openmanage
   redfish_firmware_rollback): SimpleUpdate with ``ImageURI`` set to the
   ``Previous-`` member's URI.
@@ -36,6 +41,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan im
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
     PROGRESS_COMPLETED,
     PROGRESS_FAILED,
+    PROGRESS_REBOOT_PENDING,
     PROGRESS_RUNNING,
     PROGRESS_SCHEDULED,
     GenericAdapter,
@@ -45,6 +51,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
     UpdateProgress,
     body_field,
     odata_id,
+    says_reboot_pending,
 )
 
 _MEMBER_ID = re.compile(r"^(?P<kind>[A-Za-z]+)-(?P<component>\d+)-(?P<version>.*?)__(?P<fqdd>.+)$")
@@ -112,10 +119,14 @@ def job_progress(job: Mapping[str, Any]) -> UpdateProgress:
     """A DellJob as an ``UpdateProgress``: the job's own Message and MessageId are the BMC's words."""
     state = str(job.get("JobState") or "")
     percent = job.get("PercentComplete")
+    message = str(job.get("Message") or "")
+    progress = _JOB_STATES.get(state, PROGRESS_RUNNING)
+    if progress != PROGRESS_FAILED and says_reboot_pending(message):
+        progress = PROGRESS_REBOOT_PENDING
     return UpdateProgress(
-        state=_JOB_STATES.get(state, PROGRESS_RUNNING),
+        state=progress,
         detail=state or "unknown",
-        message=str(job.get("Message") or ""),
+        message=message,
         message_id=str(job.get("MessageId") or ""),
         percent=percent if isinstance(percent, int) else None,
     )

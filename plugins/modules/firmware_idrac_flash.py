@@ -72,6 +72,16 @@ options:
     type: str
     choices: [GracefulRestart, ForceRestart, PowerCycle]
     default: GracefulRestart
+  power_cycle_on_reboot_pending:
+    description:
+      - What to do when an update job ends "Job completed, server reboot pending" (an iDRAC NIC whose firmware
+        activates only at a cold boot; dell/iDRAC-Redfish-Scripting issues 266 and 375).
+      - C(true) power-cycles the host (C(PowerCycle), else C(ForceOff) then C(On)), follows the jobs again and
+        verifies the versions in FirmwareInventory.
+      - C(false) stops with an error naming the BMC, the jobs and how to complete them; nothing is power cycled.
+      - Check mode never power-cycles.
+    type: bool
+    default: false
   rollback:
     description: Flash the C(Previous-) image the BMC keeps for each matched device instead of an image.
     type: bool
@@ -200,6 +210,13 @@ host_back_after:
   description: Seconds from the end of the jobs until the BMC reported the host on and booted.
   returned: when rebooted
   type: float
+power_cycle:
+  description:
+    - When jobs ended "Job completed, server reboot pending" and O(power_cycle_on_reboot_pending=true) - those jobs,
+      the reset sent (C(PowerCycle), or C(ForceOff+On) where PowerCycle is not offered) and when the host was back.
+  returned: when the host was power cycled for jobs pending a reboot
+  type: dict
+  sample: {reboot_pending_jobs: [JID_178000000123], reset: {reset_type: PowerCycle}, host_back_after: 310.2}
 checksums:
   description: Image label to the sha256 that was verified.
   returned: always
@@ -251,6 +268,7 @@ def argument_spec():
             "choices": ["GracefulRestart", "ForceRestart", "PowerCycle"],
             "default": "GracefulRestart",
         },
+        power_cycle_on_reboot_pending={"type": "bool", "default": False},
         rollback={"type": "bool", "default": False},
         allow_downgrade={"type": "bool", "default": False},
         job_timeout={"type": "int", "default": 1800},
@@ -275,6 +293,7 @@ def flash(module):
         apply_time=params["apply_time"],
         reboot=params["reboot"],
         reset_type=params["reset_type"],
+        power_cycle_on_reboot_pending=params["power_cycle_on_reboot_pending"],
         rollback=params["rollback"],
         allow_downgrade=params["allow_downgrade"],
         job_timeout=params["job_timeout"],

@@ -106,6 +106,14 @@ options:
     type: str
     choices: [GracefulRestart, ForceRestart, PowerCycle]
     default: GracefulRestart
+  power_cycle_on_reboot_pending:
+    description:
+      - A node whose update job ends "Job completed, server reboot pending" (its NIC activates the firmware only at a
+        cold boot) is power cycled after its reset when C(true), then verified as any other node.
+      - When C(false) that node fails at its C(reboot) step, named with the job ids, and the rollout halts.
+      - See the option of the same name of M(gpufleet.upgrade.firmware_idrac_flash).
+    type: bool
+    default: false
   rollback:
     description: Flash each device's C(Previous-) image instead of an image.
     type: bool
@@ -324,6 +332,7 @@ def argument_spec():
             "choices": ["GracefulRestart", "ForceRestart", "PowerCycle"],
             "default": "GracefulRestart",
         },
+        power_cycle_on_reboot_pending={"type": "bool", "default": False},
         rollback={"type": "bool", "default": False},
         allow_downgrade={"type": "bool", "default": False},
         rollout_name={"type": "str", "default": "nic-firmware"},
@@ -355,6 +364,7 @@ def rollout_options(module):
         apply_time=params["apply_time"],
         reboot=True,
         reset_type=params["reset_type"],
+        power_cycle_on_reboot_pending=params["power_cycle_on_reboot_pending"],
         rollback=params["rollback"],
         allow_downgrade=params["allow_downgrade"],
         job_timeout=params["job_timeout"],

@@ -181,3 +181,46 @@ def test_halt_at_the_first_failing_bmc_leaves_the_node_cordoned(twin: TwinProces
     run, result = run_role(twin, tmp_path, role_vars(twin, tmp_path, nic_firmware_action="promote"))
     assert run.returncode != 0 and "halted by a failed node" in result["msg"]
     assert all(bmc_view(twin, name)["updateRequests"] == 0 for name in nodes[1:])
+
+
+def test_a_nic_job_that_ends_reboot_pending_halts_or_is_power_cycled(twin: TwinProcess, tmp_path: pathlib.Path) -> None:
+    """dell/iDRAC-Redfish-Scripting issue 266: a NIC job ends "Job completed, server reboot pending" after the warm
+    reset and the card runs its old firmware until a power cycle. Not allowed to power-cycle: the node fails, named,
+    and nothing else changes. Allowed: the host is power cycled and the versions verified in FirmwareInventory."""
+    nodes = sorted(gpu_nodes(twin))
+    first = nodes[0]
+    twin.admin("POST", f"bmc/{first}/fault", {"type": "nic-needs-power-cycle"})
+    run, result = run_role(twin, tmp_path, role_vars(twin, tmp_path, nic_firmware_action="promote"))
+    assert run.returncode != 0, run.output
+    assert first in result["msg"]
+    (failure,) = result["failures"]
+    assert (failure["node"], failure["step"]) == (first, "reboot")
+    reason = failure["reason"]
+    assert "server reboot pending" in reason and "nic_firmware_power_cycle_on_reboot_pending: true" in reason
+    view = bmc_view(twin, first)
+    pending = [job_id for job_id, job in view["jobs"].items() if job["state"] == "RebootPending"]
+    assert pending and all(job_id in reason for job_id in pending)
+    assert view["resets"] == ["GracefulRestart"]  # no power cycle without permission
+    assert nic_firmware(twin, first) == OLD_CX7  # the job said "completed"; the inventory says not running
+    assert result["nodes_done"] == [] and sorted(result["nodes_not_started"]) == nodes[1:]
+    assert all(
+        bmc_view(twin, name)["updateRequests"] == 0 and bmc_view(twin, name)["resets"] == [] for name in nodes[1:]
+    )
+    assert gpu_nodes(twin)[first]["spec"].get("unschedulable") is True
+
+    # Resume that node alone (labelled canary) with permission. Check mode first: it power-cycles nothing.
+    kubectl(twin, "annotate", "node", first, f"{STATE}=pending", "--overwrite")
+    kubectl(twin, "label", "node", first, "gpu-canary=true")
+    allowed = role_vars(twin, tmp_path, nic_firmware_action="canary", nic_firmware_power_cycle_on_reboot_pending=True)
+    run, result = run_role(twin, tmp_path, allowed, check=True)
+    assert run.returncode == 0, run.output
+    assert bmc_view(twin, first)["resets"] == ["GracefulRestart"]
+    run, result = run_role(twin, tmp_path, allowed)
+    assert run.returncode == 0, run.output
+    assert result["nodes_done"] == [first]
+    assert bmc_view(twin, first)["resets"] == ["GracefulRestart", "GracefulRestart", "PowerCycle"]
+    assert all(job["state"] != "RebootPending" for job in bmc_view(twin, first)["jobs"].values())
+    assert nic_firmware(twin, first) == NEW_CX7  # read back from the BMC's FirmwareInventory view
+    assert result["versions_after"][first]["NIC.Slot.1-1-1"] == "28.42.10.00"
+    assert all(bmc_view(twin, name)["resets"] == [] for name in nodes[1:])
+    assert not gpu_nodes(twin)[first]["spec"].get("unschedulable")

@@ -309,3 +309,30 @@ def test_manager_reset_restarts_the_bmc_only() -> None:
     assert bmc.availability(T0 + TIMINGS.bmc_restart_seconds) == "up"
     with pytest.raises(RedfishError):
         bmc.reset_bmc("ForceRestart", T0)
+
+
+def test_nic_needing_a_power_cycle_stays_reboot_pending_until_one() -> None:
+    bmc = new_bmc()
+    bmc.quirks.add("nic-needs-power-cycle")
+    job_id = staged(bmc, "ConnectX-7", "28.41.1000", at=T0)
+    job = bmc.jobs[job_id]
+    bmc.reset_system("GracefulRestart", T0 + 100)
+    done_at = T0 + 100 + TIMINGS.host_shutdown_seconds + TIMINGS.nic_apply_seconds + 1
+    bmc.advance(done_at)
+    assert (job.state, job.message, job.percent) == ("RebootPending", "Job completed, server reboot pending.", 100)
+    assert job.task_state() == ("Running", "OK") and not job.finished
+    task_messages = res.task(job, done_at)["Messages"]
+    assert task_messages[1]["MessageArgs"] == [SYSTEM_RESET_URI, "PowerCycle"]
+    assert "Installed-0-28.39.10.02__NIC.Slot.1-1-1" in installed(bmc)  # the card still runs the old firmware
+    assert not any(isinstance(e, NicFirmwareApplied) for e in bmc.drain_effects())
+
+    bmc.reset_system("ForceRestart", done_at + 400)  # a warm reset again: still pending
+    bmc.advance(done_at + 800)
+    assert job.state == "RebootPending"
+
+    bmc.reset_system("ForceOff", done_at + 900)
+    bmc.reset_system("On", done_at + 910)
+    assert (job.state, job.message_id) == ("Completed", "RED001")
+    assert "Installed-0-28.41.10.00__NIC.Slot.1-1-1" in installed(bmc)
+    assert any(isinstance(e, NicFirmwareApplied) for e in bmc.drain_effects())
+    assert bmc.resets_received == ["GracefulRestart", "ForceRestart", "ForceOff", "On"]

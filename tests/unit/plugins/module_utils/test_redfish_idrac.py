@@ -12,9 +12,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan im
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
     PROGRESS_COMPLETED,
     PROGRESS_FAILED,
+    PROGRESS_REBOOT_PENDING,
     PROGRESS_RUNNING,
     PROGRESS_SCHEDULED,
     ServiceMap,
+    task_progress,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish_idrac import (
     IdracAdapter,
@@ -137,3 +139,29 @@ def test_a_pattern_that_picks_some_cards_of_one_kind_is_refused() -> None:
     # Both cards of that kind: fine, even though the other kind (slot 3) shares the generic name.
     both = plan_flash([ComponentSpec(match="NIC.Slot.[12]-*", version="28.42.1000")], inventory)
     adapter.check_plan(both, inventory)
+
+
+def test_job_completed_server_reboot_pending_is_no_success() -> None:
+    """dell/iDRAC-Redfish-Scripting issue 266: a NIC job flashed but waiting for a power cycle to activate."""
+    said = "Job completed, server reboot pending."
+    for state in ("Completed", "RebootPending", "Running"):
+        progress = job_progress({"JobState": state, "Message": said, "PercentComplete": 100})
+        assert progress.state == PROGRESS_REBOOT_PENDING and progress.reboot_pending and not progress.finished
+    # The Lifecycle Controller's own reboot job says "Reboot is pending." while it runs: not this case.
+    assert job_progress({"JobState": "RebootPending", "Message": "Reboot is pending."}).state == PROGRESS_RUNNING
+    assert job_progress({"JobState": "Failed", "Message": said}).state == PROGRESS_FAILED
+
+
+def test_task_naming_a_power_cycle_after_server_reboot_pending() -> None:
+    task = {
+        "TaskState": "Running",
+        "TaskStatus": "OK",
+        "Messages": [
+            {"Message": "Job completed, server reboot pending.", "MessageId": "IDRAC.2.8.RED032"},
+            {"Message": "A component reset is required.", "MessageId": "Base.1.12.ResetRequired",
+             "MessageArgs": ["/redfish/v1/Systems/System.Embedded.1/Actions/ComputerSystem.Reset", "PowerCycle"]},
+        ],
+    }  # fmt: skip
+    assert task_progress(task).state == PROGRESS_REBOOT_PENDING
+    assert task_progress({**task, "TaskState": "Completed"}).state == PROGRESS_REBOOT_PENDING
+    assert task_progress({**task, "TaskState": "Exception"}).state == PROGRESS_FAILED

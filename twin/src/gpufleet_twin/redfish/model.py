@@ -98,6 +98,10 @@ MSG_ALREADY_PENDING = ("SUP0520", "Unable to create the update job because a job
 MSG_SAME_VERSION = ("SUP0521", "Version {0} is already installed on {1}; there is nothing to apply.")
 MSG_REBOOT_PENDING = ("RED030", "Reboot is pending.")
 MSG_REBOOT_DONE = ("RED031", "Reboot is complete.")
+# The text is the one dell/iDRAC-Redfish-Scripting issue 266 quotes; the MessageId is the twin's stand-in.
+MSG_ACTIVATION_PENDING = ("RED032", "Job completed, server reboot pending.")
+# Resets that cut the host's power (a cold boot): only these activate firmware that waits for one.
+COLD_RESETS = frozenset({"PowerCycle", "On"})
 IDRAC_REGISTRY_PREFIX = "IDRAC.2.8."
 
 
@@ -260,6 +264,7 @@ class Job:
     started_at: float | None = None  # ActualRunningStartTime
     finished_at: float | None = None  # CompletionTime
     task_hidden: bool = False  # lost with a BMC restart
+    activation_pending: bool = False  # flashed, runs after a power cycle (RebootPending)
 
     @property
     def finished(self) -> bool:
@@ -370,6 +375,8 @@ class Bmc:
         self.quirks: set[str] = set()
         self.pushed: dict[str, tuple[FirmwareSlot, FirmwareImage]] = {}  # HttpPushUri uploads
         self.boot_count = 0
+        self.last_reset_type = ""  # of the latest (re)start of the host
+        self.resets_received: list[str] = []  # ComputerSystem.Reset types, in order
         # What clients sent, for tests and the admin view: every request, and update requests
         # (SimpleUpdate, MultipartHttpPushUri, HttpPushUri) whether or not they were accepted.
         self.requests_received = 0
@@ -808,6 +815,26 @@ class Bmc:
             job.state = "Failed"
             self._set_message(job, (failure.message_id, failure.message))
             return
+        if (
+            failure is None
+            and "nic-needs-power-cycle" in self.quirks
+            and self.last_reset_type not in COLD_RESETS
+            and any(s.is_nic for s in self.slots if s.fqdd in job.applied_to)
+        ):
+            # Flashed, but the card activates its firmware only at a cold boot (issues 266, 375 above).
+            job.state = "RebootPending"
+            job.activation_pending = True
+            job.finished_at = None
+            self._set_message(job, MSG_ACTIVATION_PENDING)
+            return
+        self._activate(job, at)
+
+    def _activate(self, job: Job, at: float) -> None:
+        """The new firmware runs: FirmwareInventory shows it, the node's NICs report it."""
+        assert job.image is not None
+        failure = job.failure
+        job.activation_pending = False
+        job.finished_at = at
         for fqdd in job.applied_to:
             slot = next(s for s in self.slots if s.fqdd == fqdd)
             if slot.version != job.image.version:
@@ -861,6 +888,7 @@ class Bmc:
         """ComputerSystem.Reset."""
         if reset_type not in self.system_reset_types():
             raise RedfishError(400, "ActionParameterValueNotInList", reset_type, "ResetType", "ComputerSystem.Reset")
+        self.resets_received.append(reset_type)
         if reset_type == "Nmi":
             return
         if reset_type == "PushPowerButton":
@@ -882,6 +910,10 @@ class Bmc:
         start = now if self.power_state == "Off" else now + (5.0 if forced else self.timings.host_shutdown_seconds)
         self.power_state = "On"
         self.boot_count += 1
+        self.last_reset_type = reset_type
+        if reset_type in COLD_RESETS:
+            for waiting in [j for j in self.jobs.values() if j.activation_pending]:
+                self._activate(waiting, start)
         scheduled = sorted((j for j in self.jobs.values() if j.state == "Scheduled"), key=lambda j: j.created_at)
         if scheduled:
             # The Lifecycle Controller's reboot job; Dell's own modules look for "RebootNoForce" after

@@ -438,6 +438,9 @@ def _job_messages(job: Job) -> list[Obj]:
     if job.state == "Scheduled" and job.apply_starts_at is None:
         # The DMTF way to say "applies at the next reset", with the action that does it.
         messages.append(base_message("ResetRequired", SYSTEM_RESET_URI, "GracefulRestart"))
+    if job.activation_pending:
+        # As dell/iDRAC-Redfish-Scripting issue 266 shows it: the reset that activates the firmware is a power cycle.
+        messages.append(base_message("ResetRequired", SYSTEM_RESET_URI, "PowerCycle"))
     return messages
 
 

@@ -343,7 +343,10 @@ class BmcFleet:
         * ``blank-nic-version-in-id``: inventory ids of NICs carry blanks
           instead of the version, as iDRAC9 4.40 printed them;
         * ``no-graceful-restart``: ``ComputerSystem.Reset`` does not offer
-          ``GracefulRestart``, as some iDRAC9 3.x/4.x releases did.
+          ``GracefulRestart``, as some iDRAC9 3.x/4.x releases did;
+        * ``nic-needs-power-cycle``: NIC jobs applied by a warm reset end
+          ``RebootPending`` ("Job completed, server reboot pending") and the
+          NIC keeps its old firmware until the host is power cycled.
         """
         ep = self._endpoint(node_name)
         bmc = ep.bmc
@@ -373,7 +376,7 @@ class BmcFleet:
         elif kind == "password-changed":
             password = str(spec.get("password") or secrets.token_urlsafe(12))
             bmc.change_password(ep.username, password)
-        elif kind in ("blank-nic-version-in-id", "no-graceful-restart"):
+        elif kind in ("blank-nic-version-in-id", "no-graceful-restart", "nic-needs-power-cycle"):
             bmc.quirks.add(kind)
         else:
             raise ValueError(f"unknown BMC fault type {kind!r}")
@@ -406,6 +409,7 @@ class BmcFleet:
                 "requests": bmc.requests_received,
                 "updateRequests": bmc.update_requests_received,
                 "writeRequests": dict(bmc.writes_received),
+                "resets": list(bmc.resets_received),
             }
         return described
 
