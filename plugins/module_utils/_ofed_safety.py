@@ -37,11 +37,11 @@ PRIMARY_INTERFACE_LABEL = "gpufleet.io/primary-interface-mlx5"
 STORAGE_MODULES_SELECTOR = "gpufleet.io/rdma-storage-modules=true"
 UNLOAD_STORAGE_MODULES = "UNLOAD_STORAGE_MODULES"
 STORAGE_FIX = (
-    "set spec.ofedDriver.env to include {name: UNLOAD_STORAGE_MODULES, value: \"true\"} in the NicClusterPolicy "
+    'set spec.ofedDriver.env to include {name: UNLOAD_STORAGE_MODULES, value: "true"} in the NicClusterPolicy '
     "(kubectl patch nicclusterpolicy <name> --type json -p "
-    "'[{\"op\": \"add\", \"path\": \"/spec/ofedDriver/env/-\", \"value\": "
-    "{\"name\": \"UNLOAD_STORAGE_MODULES\", \"value\": \"true\"}}]'; "
-    "use \"path\": \"/spec/ofedDriver/env\" with a list when env is absent), "
+    '\'[{"op": "add", "path": "/spec/ofedDriver/env/-", "value": '
+    '{"name": "UNLOAD_STORAGE_MODULES", "value": "true"}}]\'; '
+    'use "path": "/spec/ofedDriver/env" with a list when env is absent), '
     "or pass allow_storage_modules_reload=true"
 )
 
@@ -144,6 +144,4 @@ def validate_safety_options(options: SafetyOptions) -> None:
     """The selector parses; the label key is a plain key (no ``=``)."""
     parse_label_selector(options.storage_modules_selector)
     if "=" in options.primary_interface_label or " " in options.primary_interface_label:
-        raise InvalidInputError(
-            f"primary_interface_label must be a label key, not {options.primary_interface_label!r}"
-        )
+        raise InvalidInputError(f"primary_interface_label must be a label key, not {options.primary_interface_label!r}")

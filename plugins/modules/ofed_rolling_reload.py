@@ -185,8 +185,8 @@ options:
         C(rpcrdma), C(xprtrdma), C(ib_isert), C(ib_srpt)); for example the label of an NFD C(NodeFeatureRule) on
         C(kernel.loadedmodule).
       - When a target node matches and the NicClusterPolicy's C(spec.ofedDriver.env) lacks
-        C(UNLOAD_STORAGE_MODULES=true), the run is refused before any change with the fix: the DOCA driver
-        container would refuse to reload and crash-loop (Mellanox/network-operator issue 1084).
+        C(UNLOAD_STORAGE_MODULES=true), the run is refused before any change with the fix, as the DOCA
+        driver container would refuse to reload and crash-loop (Mellanox/network-operator issue 1084).
       - Empty to skip this check.
     type: str
     default: gpufleet.io/rdma-storage-modules=true

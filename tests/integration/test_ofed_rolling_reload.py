@@ -352,8 +352,9 @@ def test_reload_hazards_refused_before_any_change_then_fixed_or_allowed(twin_fac
     assert resource_versions(twin) == before
 
     # The fix for the storage modules, and the explicit allow for the primary interface: the run proceeds.
-    kubectl(twin, "patch", "nicclusterpolicies.mellanox.com", "nic-cluster-policy", "--type", "merge", "-p",
-            json.dumps({"spec": {"ofedDriver": {"env": [{"name": "UNLOAD_STORAGE_MODULES", "value": "true"}]}}}))  # fmt: skip
+    env = [{"name": "UNLOAD_STORAGE_MODULES", "value": "true"}]
+    patch = json.dumps({"spec": {"ofedDriver": {"env": env}}})
+    kubectl(twin, "patch", "nicclusterpolicies.mellanox.com", "nic-cluster-policy", "--type", "merge", "-p", patch)
     args = {"nodes": ["gpu-worker-001", "gpu-worker-002"], "allow_primary_interface_reload": True, "reload_timeout": 20}
     run, result = run_module(twin, tmp_path, args)
     assert result["safety"] == [{"node": "gpu-worker-002", "hazard": "primary-interface", "allowed": True,

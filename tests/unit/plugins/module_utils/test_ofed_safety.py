@@ -1,4 +1,4 @@
-"""MOFED reload preflight (pure): primary interface on a ConnectX port, storage modules without UNLOAD_STORAGE_MODULES."""
+"""MOFED reload preflight (pure): a primary interface on a ConnectX port, storage modules loaded."""
 
 from __future__ import annotations
 
