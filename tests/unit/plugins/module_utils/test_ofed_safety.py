@@ -99,8 +99,8 @@ def test_empty_label_and_selector_skip_the_checks():
 def test_custom_selector_matches_an_nfd_rule_label():
     nfd = node("w4", **{"feature.node.kubernetes.io/rdma-storage": "true"})
     options = SafetyOptions(storage_modules_selector="feature.node.kubernetes.io/rdma-storage")
-    findings, _ = check_reload_safety(nodes=[nfd], targets=["w4"], policy=policy(), options=options)
-    assert [f["hazard"] for f in findings] == ["storage-modules"]
+    findings, refusal = check_reload_safety(nodes=[nfd], targets=["w4"], policy=policy(), options=options)
+    assert [f["hazard"] for f in findings] == ["storage-modules"] and "node w4" in refusal
 
 
 @pytest.mark.parametrize(
