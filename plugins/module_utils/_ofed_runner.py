@@ -64,6 +64,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_plan import
     release_patch,
     select_targets,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_safety import (
+    SafetyOptions,
+    check_reload_safety,
+    validate_safety_options,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     CapacityBudget,
     MaxUnavailable,
@@ -138,6 +143,8 @@ class OfedRolloutOptions:
     diff: bool = False
     # The alerts gate, asked before each node (rolling mode).
     alerts: Optional[AlertsGate] = None
+    # Hazards of a reload on a node (primary interface on ConnectX, storage modules): where read, what is allowed.
+    safety: SafetyOptions = field(default_factory=SafetyOptions)
 
     def __post_init__(self) -> None:
         if not self.target_version:
@@ -147,6 +154,7 @@ class OfedRolloutOptions:
         for selector in (self.node_selector, self.canary_selector, self.job_selector, self.evict_pod_selector):
             parse_label_selector(selector)
         ProgressKeys(self.rollout_name)
+        validate_safety_options(self.safety)
         if min(self.job_timeout, self.eviction_timeout, self.reload_timeout, self.budget_timeout) < 0:
             raise InvalidInputError("Timeouts cannot be negative")
         if self.wait_sleep <= 0 or self.max_parallel < 0 or self.max_per_domain < 0 or self.restart_limit < 0:
@@ -189,6 +197,8 @@ class ClusterView:
     pods: Dict[str, MofedPod]
     selection: TargetSelection
     policy_patch: Dict[str, Any] = field(default_factory=dict)
+    safety: List[Dict[str, Any]] = field(default_factory=list)
+    refusal: str = ""
 
 
 # -- reading -------------------------------------------------------------------------------------------------
@@ -233,7 +243,12 @@ def read_cluster(api: KubeApi, options: OfedRolloutOptions) -> ClusterView:
     )
     auto = _auto_settings(options) if options.mode == MODE_AUTO_UPGRADE else None
     patch = ofed_policy_patch(policy, version=options.target_version, auto_upgrade=auto)
-    return ClusterView(policy=policy, nodes=nodes, pods=pods, selection=selection, policy_patch=patch)
+    # A rollback reloads the nodes too: the same hazards apply.
+    findings, refused = check_reload_safety(
+        nodes=nodes, targets=selection.targets, policy=policy, options=options.safety
+    )
+    return ClusterView(policy=policy, nodes=nodes, pods=pods, selection=selection, policy_patch=patch,
+                       safety=findings, refusal=refused)  # fmt: skip
 
 
 # -- writing the NicClusterPolicy ------------------------------------------------------------------------------
@@ -705,7 +720,11 @@ def run_ofed_rollout(api: KubeApi, options: OfedRolloutOptions) -> Dict[str, Any
         "selection": view.selection.as_dict(),
         "policy_patch": view.policy_patch,
         "check_mode": options.check_mode,
+        "safety": view.safety,
     }
+    if view.refusal:
+        # Preflight: before any write, in check mode too (the plan would not run).
+        raise GpuFleetError(view.refusal, result={**base, "changed": False})
     try:
         if options.mode == MODE_AUTO_UPGRADE:
             result = run_auto_upgrade(api, options, view, now=api.cluster_now)

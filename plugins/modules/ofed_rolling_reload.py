@@ -164,6 +164,36 @@ options:
     description: Name of the rollout in the node annotations (1-30 lowercase letters, digits or C(-)).
     type: str
     default: ofed
+  primary_interface_label:
+    description:
+      - Node label whose presence says the node's primary interface (the one with its InternalIP and default
+        route) is a ConnectX port the MOFED reload takes down; its value names the interface (C(ens1f0np0),
+        C(bond0)). The Kubernetes API does not tell which PCI device carries the primary network, so the label
+        is set by hand or by an NFD local feature hook.
+      - A target node carrying it is refused before any change, naming node and interface, unless
+        O(allow_primary_interface_reload=true) (Mellanox/network-operator issues 2176, 2258).
+      - Empty to skip this check.
+    type: str
+    default: gpufleet.io/primary-interface-mlx5
+  allow_primary_interface_reload:
+    description: Reload MOFED on nodes whose primary interface is a ConnectX port (see O(primary_interface_label)).
+    type: bool
+    default: false
+  storage_modules_selector:
+    description:
+      - Label selector of the nodes with NVMe-oF / NFS-RDMA storage modules loaded (C(nvme_rdma), C(nvmet_rdma),
+        C(rpcrdma), C(xprtrdma), C(ib_isert), C(ib_srpt)); for example the label of an NFD C(NodeFeatureRule) on
+        C(kernel.loadedmodule).
+      - When a target node matches and the NicClusterPolicy's C(spec.ofedDriver.env) lacks
+        C(UNLOAD_STORAGE_MODULES=true), the run is refused before any change with the fix, as the DOCA
+        driver container would refuse to reload and crash-loop (Mellanox/network-operator issue 1084).
+      - Empty to skip this check.
+    type: str
+    default: gpufleet.io/rdma-storage-modules=true
+  allow_storage_modules_reload:
+    description: Reload MOFED on nodes with storage modules loaded although C(UNLOAD_STORAGE_MODULES) is not true.
+    type: bool
+    default: false
   rollback:
     description:
       - This run undoes an earlier rollout to another version (O(mode=rolling)). A node that rollout left failed or
@@ -237,6 +267,15 @@ selection:
   type: dict
   sample: {pool: [gpu-worker-001, gpu-worker-002], targets: [gpu-worker-002], already_at_target: [gpu-worker-001],
            canaries: [], excluded: []}
+safety:
+  description:
+    - The reload hazards found on the target nodes (O(primary_interface_label), O(storage_modules_selector)), each
+      with C(allowed) true when an C(allow_*) option accepts it. Any not allowed refuses the run before any change.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{node: gpu-worker-001, hazard: primary-interface, allowed: false,
+            detail: primary interface ens1f0np0 is a ConnectX port the MOFED reload takes down}]
 policy_patch:
   description: The merge patch of the NicClusterPolicy (empty when it already had the target).
   returned: always
@@ -309,6 +348,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_runner impo
     OfedRolloutOptions,
     run_ofed_rollout,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_safety import (
+    PRIMARY_INTERFACE_LABEL,
+    STORAGE_MODULES_SELECTOR,
+    SafetyOptions,
+)
 
 
 def argument_spec():
@@ -344,6 +388,10 @@ def argument_spec():
         budget_timeout={"type": "int", "default": 600},
         rollout_name={"type": "str", "default": "ofed"},
         rollback={"type": "bool", "default": False},
+        primary_interface_label={"type": "str", "default": PRIMARY_INTERFACE_LABEL},
+        allow_primary_interface_reload={"type": "bool", "default": False},
+        storage_modules_selector={"type": "str", "default": STORAGE_MODULES_SELECTOR},
+        allow_storage_modules_reload={"type": "bool", "default": False},
         alerts=alerts_gate_suboptions(),
     )
     spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=5.0))
@@ -385,6 +433,12 @@ def rollout_options(module):
         check_mode=module.check_mode,
         diff=module._diff,
         alerts=alerts_gate_from_params(params["alerts"]),
+        safety=SafetyOptions(
+            primary_interface_label=params["primary_interface_label"] or "",
+            storage_modules_selector=params["storage_modules_selector"] or "",
+            allow_primary_interface_reload=params["allow_primary_interface_reload"],
+            allow_storage_modules_reload=params["allow_storage_modules_reload"],
+        ),
     )
 
 

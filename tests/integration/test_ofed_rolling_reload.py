@@ -36,6 +36,8 @@ NEW = "25.01-0.6.0.0"
 STATE = "gpufleet.io/rollout-ofed-state"
 RACK = "gpufleet.io/rack"
 RELOAD = "twin.gpufleet.io/mofed-reload-seconds"
+PRIMARY_INTERFACE = "gpufleet.io/primary-interface-mlx5"
+STORAGE_MODULES = "gpufleet.io/rdma-storage-modules"
 
 
 def run_module(
@@ -319,6 +321,52 @@ def test_killed_run_resumes(twin_factory, tmp_path):
     assert resumed["action"] == "resume" and resumed["outcome"] == "done", resumed
     assert set(mofed_versions(twin).values()) == {NEW}
     assert not any(n["spec"].get("unschedulable") for n in workers(twin).values())
+
+
+def node_ready(twin: TwinProcess, name: str) -> str:
+    conditions = get_json(twin, "node", name)["status"].get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), "Unknown")
+
+
+def test_reload_hazards_refused_before_any_change_then_fixed_or_allowed(twin_factory, tmp_path):
+    twin = twin_factory()
+    mofed_ready(twin)
+    kubectl(twin, "label", "node", "gpu-worker-001", f"{STORAGE_MODULES}=true")
+    kubectl(twin, "label", "node", "gpu-worker-002", f"{PRIMARY_INTERFACE}=ens1f0np0")
+    before = resource_versions(twin)
+    twin.admin("POST", "report/reset")
+
+    # Preflight: refused, naming each node and what is wrong, with the fix; nothing written, not even the policy.
+    run, result = run_module(twin, tmp_path, {"max_unavailable": 2})
+    assert run.returncode != 0, run.output
+    msg = result["msg"]
+    assert "node gpu-worker-002: primary interface ens1f0np0 is a ConnectX port" in msg, msg
+    assert "node gpu-worker-001: NVMe-oF/NFS-RDMA storage modules are loaded" in msg, msg
+    assert "spec.ofedDriver.env" in msg and "UNLOAD_STORAGE_MODULES" in msg, msg
+    assert [(f["node"], f["hazard"], f["allowed"]) for f in result["safety"]] == [
+        ("gpu-worker-001", "storage-modules", False),
+        ("gpu-worker-002", "primary-interface", False),
+    ]
+    assert result["changed"] is False
+    assert write_requests(twin) == {}
+    assert resource_versions(twin) == before
+
+    # The fix for the storage modules, and the explicit allow for the primary interface: the run proceeds.
+    env = [{"name": "UNLOAD_STORAGE_MODULES", "value": "true"}]
+    patch = json.dumps({"spec": {"ofedDriver": {"env": env}}})
+    kubectl(twin, "patch", "nicclusterpolicies.mellanox.com", "nic-cluster-policy", "--type", "merge", "-p", patch)
+    args = {"nodes": ["gpu-worker-001", "gpu-worker-002"], "allow_primary_interface_reload": True, "reload_timeout": 20}
+    run, result = run_module(twin, tmp_path, args)
+    assert result["safety"] == [{"node": "gpu-worker-002", "hazard": "primary-interface", "allowed": True,
+                                 "detail": result["safety"][0]["detail"]}]  # fmt: skip
+    versions = mofed_versions(twin)
+    assert versions["gpu-worker-001"] == NEW  # storage modules unloaded by the driver container: reloaded
+    # What the preflight warned of: the reload took gpu-worker-002 off the network, NotReady until a reboot.
+    assert run.returncode != 0
+    assert result["failures"][0]["node"] == "gpu-worker-002", result["failures"]
+    assert result["failures"][0]["step"] == "reload-mofed"
+    wait_for(lambda: node_ready(twin, "gpu-worker-002") == "False", what="gpu-worker-002 NotReady")
+    assert {v for n, v in versions.items() if n not in ("gpu-worker-001", "gpu-worker-002")} == {OLD}  # not targeted
 
 
 def test_mofed_build_failure_halts_naming_the_node(twin_factory, tmp_path):

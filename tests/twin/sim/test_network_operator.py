@@ -237,6 +237,46 @@ def test_mofed_without_a_build_for_the_kernel_crash_loops_and_keeps_the_network_
     cluster.run(scenario)
 
 
+def test_storage_modules_without_unload_crash_loop_until_the_policy_unloads_them() -> None:
+    cluster = make_platform_cluster(nodes=2)
+    target = cluster.workers()[0]
+
+    def label(node: Obj) -> None:
+        node["metadata"].setdefault("labels", {})[netop.STORAGE_MODULES_LABEL] = "true"
+
+    cluster.store.mutate(cluster.kinds.node, None, target, label)
+
+    async def scenario(c: PlatformCluster) -> None:
+        await c.wait_until(
+            lambda: (c.mofed_pods().get(target, {}).get("status") or {}).get("phase") == "Running",
+            sim_seconds=900,
+            what="MOFED ready",
+        )
+        patch_ofed(c, lambda ofed: ofed.update(version=NEW_MOFED))
+        await asyncio.sleep(0.05)  # the operator renders the new template
+        c.store.delete(c.kinds.pod, netop.NAMESPACE, c.mofed_pods()[target]["metadata"]["name"])
+
+        def restarts() -> int:
+            pod = c.mofed_pods().get(target)
+            if pod is None or netop.mofed_version_of_pod(pod) != NEW_MOFED:
+                return 0
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            return max((s.get("restartCount", 0) for s in statuses), default=0)
+
+        await c.wait_until(lambda: restarts() >= 1, sim_seconds=1800, what="crash loop")
+        pod = c.mofed_pods()[target]
+        assert "UNLOAD_STORAGE_MODULES" in json.dumps(pod["status"]), pod["status"]
+        assert not c.sim.nodes[target].secondary_network_up
+
+        # The fix: spec.ofedDriver.env UNLOAD_STORAGE_MODULES=true; the next pod reloads.
+        patch_ofed(c, lambda ofed: ofed.update(env=[{"name": "UNLOAD_STORAGE_MODULES", "value": "true"}]))
+        c.store.delete(c.kinds.pod, netop.NAMESPACE, pod["metadata"]["name"])
+        await c.wait_until(lambda: c.sim.nodes[target].mofed_version == NEW_MOFED, sim_seconds=1800, what="reload")
+        assert c.sim.nodes[target].secondary_network_up
+
+    cluster.run(scenario)
+
+
 def test_auto_upgrade_respects_max_parallel_upgrades() -> None:
     cluster = make_platform_cluster(nodes=4)
     in_progress_seen: list[int] = []

@@ -19,6 +19,11 @@ Modelled on Mellanox/network-operator 24.7 (``api/v1alpha1/nicclusterpolicy_type
   ``mofed_reload`` seconds (``NodeHealth.mofed_version``) and the network
   returns.  A version with no build for the node's kernel
   (``SimState.mofed_builds_for``) crash-loops and the network stays down.
+  Two reload hazards are read from node labels (the host facts): storage
+  modules loaded (``STORAGE_MODULES_LABEL``) without
+  ``UNLOAD_STORAGE_MODULES=true`` in ``spec.ofedDriver.env`` crash-loop the new
+  pod; a primary interface on a ConnectX port (``PRIMARY_INTERFACE_LABEL``)
+  leaves the node NotReady from the unload until a reboot.
 - With ``upgradePolicy.autoUpgrade`` the operator's upgrade controller (the one
   the GPU Operator simulation uses too, ``upgrade_controller``) runs the
   shared library's state machine (``upgrade_model.plan_upgrade`` with the
@@ -72,6 +77,14 @@ MELLANOX_PRESENT_LABEL = "feature.node.kubernetes.io/pci-15b3.present"
 # Twin knob (not an upstream key): simulated seconds a MOFED reload takes on this Node, so reload times can
 # differ per node as they do on real fleets (NIC count, kernel, image pull); benchmarks set it.
 RELOAD_SECONDS_ANNOTATION = "twin.gpufleet.io/mofed-reload-seconds"
+# The host facts behind two reload hazards, published as node labels (the twin reads them as what NFD's rule or
+# hook saw on the host; the collection reads the same keys by default):
+# the primary interface (value: its name) is a ConnectX port, so the driver restart takes the node off the network
+# and the kubelet stays NotReady until a reboot (Mellanox/network-operator issues 2176, 2258);
+PRIMARY_INTERFACE_LABEL = "gpufleet.io/primary-interface-mlx5"
+# NVMe-oF / NFS-RDMA modules are loaded, so the driver container refuses to reload unless its env has
+# UNLOAD_STORAGE_MODULES=true (doca-driver-build entrypoint; network-operator issue 1084).
+STORAGE_MODULES_LABEL = "gpufleet.io/rdma-storage-modules"
 FLAVOR = um.OFED_DRIVER
 STATE_LABEL = FLAVOR.state_label
 _NEEDS_PODS = frozenset({um.STATE_WAIT_FOR_JOBS_REQUIRED, um.STATE_DRAIN_REQUIRED})
@@ -407,10 +420,17 @@ class NetworkOperator:
                 "(kernel-devel/headers not found)"
             )
             return PodPlan(outcome="crashloop", start_after=self.timings.build_failure, message=message, reason="Error")
+        labels = self._node_labels(health.name)
         if health.mofed_version == version:
             delay = self.timings.mofed_already_loaded
         else:
             delay = self.reload_seconds(health.name)
+            if labels.get(STORAGE_MODULES_LABEL) == "true" and not self._unloads_storage_modules():
+                message = (
+                    "Storage modules (nvme_rdma, rpcrdma...) are loaded and UNLOAD_STORAGE_MODULES is not "
+                    '"true": not reloading the driver'
+                )
+                return PodPlan(outcome="crashloop", start_after=delay, message=message, reason="Error")
         uid = meta.get("uid", "")
         node_name = health.name
 
@@ -428,8 +448,24 @@ class NetworkOperator:
                 node = self.sim.nodes[node_name]
                 node.mofed_version = None
                 node.secondary_network_up = False
+                if PRIMARY_INTERFACE_LABEL in self._node_labels(node_name):
+                    # The primary uplink does not come back (DHCP, bond): the kubelet loses the API server and
+                    # the node is NotReady until rebooted (a reboot sets Ready again).
+                    node.ready = False
 
         return PodPlan(outcome="ready", start_after=delay, on_ready=loaded, on_stop=unloaded)
+
+    def _node_labels(self, node_name: str) -> Mapping[str, str]:
+        node = self.index.nodes.get(node_name) or self.store.try_get(self.kinds.node, None, node_name) or {}
+        return (node.get("metadata") or {}).get("labels") or {}
+
+    def _unloads_storage_modules(self) -> bool:
+        ofed = ((self.active_policy() or {}).get("spec") or {}).get("ofedDriver") or {}
+        return any(
+            entry.get("name") == "UNLOAD_STORAGE_MODULES" and str(entry.get("value", "")).lower() == "true"
+            for entry in ofed.get("env") or []
+            if isinstance(entry, Mapping)
+        )
 
     def reload_seconds(self, node_name: str) -> float:
         """The node's own reload time when annotated (RELOAD_SECONDS_ANNOTATION), else the profile's."""
