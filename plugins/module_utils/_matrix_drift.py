@@ -99,6 +99,8 @@ def operand_enabled(spec: Mapping[str, Any], field_name: str) -> bool:
     """Whether the ClusterPolicy runs the operand of ``field_name`` (its ``enabled``, else the operator's default)."""
     enabled = (spec.get(field_name) or {}).get("enabled")
     return bool(enabled) if enabled is not None else field_name not in _OFF_UNLESS_ENABLED
+
+
 _CSV_PREFIXES = {
     "gpu_operator": ("gpu-operator-certified.", "gpu-operator."),
     "network_operator": ("nvidia-network-operator.", "network-operator."),
