@@ -114,7 +114,7 @@ def test_paused_hours_reads_a_paused_at_written_with_microseconds():
     assert paused_hours(pool_state(paused), now=now) == 12.0
 
 
-NOW = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.UTC)
 # Signer made 200 days before NOW, valid 365 days: the next CA comes at day 292, 92 days after NOW.
 SIGNER = {
     "annotations": {
