@@ -172,9 +172,12 @@ def test_a_plan_over_the_limit_is_refused_naming_pool_limit_and_who_paused():
     )
     assert fits == []
     # 0 turns the limit off.
-    assert pause_plan_checks(
-        pool_state(paused_by_oc(1000)), planned_hours=1, max_pause_hours=0, rotation=ca_rotation(SIGNER), now=NOW
-    ) == []
+    assert (
+        pause_plan_checks(
+            pool_state(paused_by_oc(1000)), planned_hours=1, max_pause_hours=0, rotation=ca_rotation(SIGNER), now=NOW
+        )
+        == []
+    )
 
 
 def test_a_pause_across_the_ca_rotation_is_refused_before_4_13_and_reported_after():
