@@ -91,6 +91,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp im
     pool_state,
     role_label,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check import may
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
@@ -160,6 +161,8 @@ def read_ca_rotation(api: KubeApi) -> CaRotation:
     Only the Secret's metadata is asked for (PartialObjectMetadata): its data holds the CA's private key.
     """
     try:
+        if not may(api, "get", "", "secrets", namespace=SIGNER_NAMESPACE, name=SIGNER_NAME):
+            return CaRotation(None, None, f"the credentials may not read Secret {SIGNER_NAMESPACE}/{SIGNER_NAME}")
         return ca_rotation(api.get_metadata(SECRETS, SIGNER_NAME, namespace=SIGNER_NAMESPACE))
     except KubeApiError as err:
         return CaRotation(None, None, f"Secret {SIGNER_NAMESPACE}/{SIGNER_NAME} could not be read: {err.msg}")

@@ -64,8 +64,13 @@ def kernels(twin) -> dict:
 
 
 def writes(twin) -> int:
-    by_verb = twin.report()["requests"]["by_verb"]
-    return sum(by_verb.get(verb, 0) for verb in WRITE_VERBS)
+    """Writes that can change the cluster (a SelfSubjectAccessReview is a create that changes nothing)."""
+    by_verb_resource = twin.report()["requests"]["by_verb_resource"]
+    return sum(
+        count
+        for key, count in by_verb_resource.items()
+        if key.split(" ", 1)[0] in WRITE_VERBS and "selfsubjectaccessreviews" not in key
+    )
 
 
 def label_canary(twin) -> None:

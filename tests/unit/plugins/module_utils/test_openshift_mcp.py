@@ -202,3 +202,27 @@ def test_pools_already_paused_past_the_limit_are_reported_with_who():
         "MachineConfigPool worker has been paused 200.0 h by oc, over openshift_max_pause_hours=168"
     )
     assert over_limit(pool_state(paused_by_oc(100)), max_pause_hours=168, now=NOW) is None
+
+
+class SignerApi:
+    """The calls read_ca_rotation makes: a SelfSubjectAccessReview, then the Secret's metadata."""
+
+    def __init__(self, *, allowed: bool):
+        self.allowed, self.reads = allowed, 0
+
+    def create(self, ref, body, **_):
+        assert body["spec"]["resourceAttributes"]["name"] == "kube-apiserver-to-kubelet-signer"
+        return {"status": {"allowed": self.allowed}}
+
+    def get_metadata(self, ref, name, *, namespace=None):
+        self.reads += 1
+        return SIGNER
+
+
+def test_the_signer_is_read_only_when_the_credentials_may_else_could_not_check():
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import read_ca_rotation
+
+    denied = SignerApi(allowed=False)
+    rotation = read_ca_rotation(denied)
+    assert rotation.at is None and "may not read" in rotation.unknown and denied.reads == 0
+    assert read_ca_rotation(SignerApi(allowed=True)).at == NOW + datetime.timedelta(days=92)
