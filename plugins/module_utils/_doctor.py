@@ -1318,7 +1318,7 @@ def _mcp_findings(view: ClusterView) -> List[Finding]:
 def _paused_finding(view: ClusterView, pool: Mapping[str, Any], node: Mapping[str, Any]) -> Finding:
     pool_name = str((pool.get("metadata") or {}).get("name"))
     annotations = _annotations(pool)
-    # Who: the manager of spec.paused in managedFields, else this collection's mark; since: the earliest known.
+    # Who: this collection when its mark is there, else the manager of spec.paused; since: the earliest known.
     state = pool_state(pool)
     by, since = paused_by(state), paused_since(state)
     finding = Finding(

@@ -120,7 +120,7 @@ class PoolState:
             "current_config": self.current_config,
             "paused_at": self.paused_at or None,
             "paused_reason": self.paused_reason or None,
-            "paused_by": self.paused_by or None,
+            "paused_by": paused_by(self) or None,
             "paused_by_time": self.paused_by_time or None,
         }
 
@@ -281,10 +281,14 @@ def pause_patch(
 
 
 def paused_by(state: PoolState) -> str:
-    """Who paused the pool: the manager of ``spec.paused``, else this collection when its annotation is there."""
+    """Who paused the pool: this collection when its mark is there, else the manager of ``spec.paused``.
+
+    The mark goes in the same patch as ``spec.paused`` and is removed when the collection unpauses; a pool the
+    collection paused before it wrote as field manager ``gpufleet.upgrade`` has the client's User-Agent there.
+    """
     if not state.paused:
         return ""
-    return state.paused_by or (FIELD_MANAGER if state.paused_at else "")
+    return FIELD_MANAGER if state.paused_at else state.paused_by
 
 
 def paused_since(state: PoolState) -> Optional[datetime.datetime]:

@@ -129,8 +129,8 @@ pool:
            degraded_machine_count: 0, target_config: rendered-worker-7a1..., current_config: rendered-worker-7a1...,
            paused_at: null, paused_reason: null, paused_by: null, paused_by_time: null}
 paused_by:
-  description: Who paused the pool - the manager that owns C(spec.paused) in C(managedFields), else
-    C(gpufleet.upgrade) when its C(gpufleet.io/paused-at) mark is there; null when the pool is not paused.
+  description: Who paused the pool - C(gpufleet.upgrade) when its C(gpufleet.io/paused-at) mark is there, else the
+    manager that owns C(spec.paused) in C(managedFields); null when the pool is not paused.
   returned: when the pool exists
   type: str
   sample: oc

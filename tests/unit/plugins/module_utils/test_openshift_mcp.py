@@ -145,7 +145,10 @@ def test_who_paused_is_the_manager_of_spec_paused_and_the_age_the_earliest_known
     assert (paused_by(state), round(paused_hours(state, now=NOW), 1)) == ("oc", 10.0)
     assert state.summary()["paused_by"] == "oc"
     # This collection's mark, older than the manager's last change, gives the longer (truer) age.
-    assert round(paused_hours(pool_state(paused_by_oc(10, annotated_hours_ago=30)), now=NOW), 1) == 30.0
+    marked_too = pool_state(paused_by_oc(10, annotated_hours_ago=30))
+    assert round(paused_hours(marked_too, now=NOW), 1) == 30.0
+    # The mark is written with spec.paused: the pool is this collection's even where the creator owns the field.
+    assert paused_by(marked_too) == "gpufleet.upgrade" == marked_too.summary()["paused_by"]
     # No managedFields (stripped, or an old server): the mark says it was this collection.
     marked = pool_state(pool(paused=True, annotations={PAUSED_AT_ANNOTATION: "2026-11-28T10:00:00Z"}))
     assert paused_by(marked) == "gpufleet.upgrade"
