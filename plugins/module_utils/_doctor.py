@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
     selector_object_matches,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import is_expired, parse_lease
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp import paused_by, paused_since, pool_state
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     gpu_operator_slots_from_nodes,
     node_is_unschedulable,
@@ -57,7 +58,6 @@ VALIDATION_START_ANNOTATION = "nvidia.com/{}-driver-upgrade-validation-start-tim
 EVENT_REASON = "{}DriverUpgrade"  # GPUDriverUpgrade, OFEDDriverUpgrade
 # This collection's own marks (_gpu_driver_scope, _ofed_plan): a skip label it set for a canary carries these.
 HOLD_ANNOTATIONS = {GPU: "gpufleet.io/gpu-driver-upgrade-hold", OFED: "gpufleet.io/ofed-upgrade-hold"}
-PAUSED_AT_ANNOTATION = "gpufleet.io/paused-at"  # _openshift_mcp: a pool this collection paused
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
 DRIVER_POD_LABEL = ("app.kubernetes.io/component", "nvidia-driver")
@@ -1318,14 +1318,9 @@ def _mcp_findings(view: ClusterView) -> List[Finding]:
 def _paused_finding(view: ClusterView, pool: Mapping[str, Any], node: Mapping[str, Any]) -> Finding:
     pool_name = str((pool.get("metadata") or {}).get("name"))
     annotations = _annotations(pool)
-    by, since = "", parse_time(annotations.get(PAUSED_AT_ANNOTATION))
-    if since is not None:
-        by = "gpufleet.upgrade"
-    for entry in (pool.get("metadata") or {}).get("managedFields") or []:
-        fields = (entry.get("fieldsV1") or {}).get("f:spec") or {}
-        if "f:paused" in fields:
-            by = by or str(entry.get("manager") or "")
-            since = since or parse_time(entry.get("time"))
+    # Who: this collection when its mark is there, else the manager of spec.paused; since: the earliest known.
+    state = pool_state(pool)
+    by, since = paused_by(state), paused_since(state)
     finding = Finding(
         node=node_name(node),
         component="machine-config",
@@ -1348,7 +1343,7 @@ def _paused_finding(view: ClusterView, pool: Mapping[str, Any], node: Mapping[st
             "pool also holds the kubelet client CA rotation (new CA at 292 days, old one removed at 365); unpause it "
             "before a rotation is due"
         )
-    if by == "gpufleet.upgrade":
+    if state.paused_at:  # this collection paused it (its mark), so its remediation may unpause it
         finding.remediation = Remediation(
             action="unpause_pool",
             node=node_name(node),

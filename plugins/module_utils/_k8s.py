@@ -77,6 +77,8 @@ def forget_inherited_credential_files() -> Callable[[], None]:
     return getattr(kube_config, "_cleanup_temp_files", lambda: None)
 
 
+# apimachinery meta/v1 PartialObjectMetadata: the API server answers the object's metadata alone.
+PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -246,6 +248,16 @@ class KubeApi:
                 return None
             raise
 
+    def get_metadata(self, ref: ResourceRef, name: str, *, namespace: Optional[str] = None) -> Optional[Dict[str, Any]]:
+        """The object's metadata only (``PartialObjectMetadata``: a Secret's data is not sent), None when absent."""
+        try:
+            found = self.request("GET", ref.path(namespace=namespace, name=name), accept=PARTIAL_METADATA)
+        except KubeApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        return found.get("metadata") or {}
+
     def list(
         self,
         ref: ResourceRef,
@@ -343,13 +355,18 @@ class KubeApi:
         patch_type: str = "merge",
         subresource: str = "",
         dry_run: bool = False,
+        field_manager: str = "",
     ) -> Dict[str, Any]:
+        """PATCH; ``field_manager`` names the writer in the object's managedFields (default: the User-Agent)."""
+        query = _dry_run(dry_run)
+        if field_manager:
+            query = {**(query or {}), "fieldManager": field_manager}
         return self.request(
             "PATCH",
             ref.path(namespace=namespace, name=name, subresource=subresource),
             body=patch,
             content_type=PATCH_CONTENT_TYPES[patch_type],
-            query=_dry_run(dry_run),
+            query=query,
             # A patch that does not name the resourceVersion it was computed
             # from applies to whatever is current: a 409 is the server's own
             # race, and the same patch may be sent again. A guarded one is
@@ -417,6 +434,7 @@ class KubeApi:
         retry_statuses: Optional[frozenset] = None,
         resendable: Optional[bool] = None,
         retry_conflict: bool = False,
+        accept: str = "application/json",
     ) -> Dict[str, Any]:
         """Send one API request (with bounded retries) and return the decoded JSON body.
 
@@ -433,6 +451,7 @@ class KubeApi:
             retry_statuses=retry_statuses,
             resendable=resendable,
             retry_conflict=retry_conflict,
+            accept=accept,
         )
         if not payload:
             return {}
@@ -495,6 +514,7 @@ class KubeApi:
         retry_statuses: Optional[frozenset] = None,
         resendable: Optional[bool] = None,
         retry_conflict: bool = False,
+        accept: str = "application/json",
     ) -> Any:
         return self._exchange(
             method,
@@ -505,6 +525,7 @@ class KubeApi:
             retry_statuses=retry_statuses,
             resendable=resendable,
             retry_conflict=retry_conflict,
+            accept=accept,
         )[1]
 
     def _exchange(
@@ -518,6 +539,7 @@ class KubeApi:
         retry_statuses: Optional[frozenset] = None,
         resendable: Optional[bool] = None,
         retry_conflict: bool = False,
+        accept: str = "application/json",
     ) -> tuple:
         """(headers, payload) of the first successful answer, after bounded, jittered retries of transient failures."""
         if resendable is None:
@@ -531,7 +553,9 @@ class KubeApi:
         for attempt in range(1, self._retries + 2):
             last_attempt = attempt > self._retries
             try:
-                status, headers, payload = self._send(method, path, query=query, body=body, content_type=content_type)
+                status, headers, payload = self._send(
+                    method, path, query=query, body=body, content_type=content_type, accept=accept
+                )
             except KubeUnreachableError as err:
                 # A broken connection leaves unknown whether the server acted: resend only what may be
                 # repeated. A timeout is not retried: a server that hangs would hang each attempt again.
@@ -552,12 +576,23 @@ class KubeApi:
             self._pause(_backoff(attempt, retry_after, jitter=self._jitter()))
         raise error or KubeApiError(f"{method} {path} was not sent", method=method, path=path)
 
-    def _send(self, method: str, path: str, *, query: Optional[Dict[str, Any]], body: Any, content_type: str) -> tuple:
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[Dict[str, Any]],
+        body: Any,
+        content_type: str,
+        accept: str = "application/json",
+    ) -> tuple:
         if self.controller is not None:
             self.controller.ensure_alive(what=f"before {method} {path}")
         if self.lease_keeper is not None:
             self.lease_keeper.ensure_held(self)
-        status, headers, payload = self._send_once(method, path, query=query, body=body, content_type=content_type)
+        status, headers, payload = self._send_once(
+            method, path, query=query, body=body, content_type=content_type, accept=accept
+        )
         try:
             moment: Optional[datetime.datetime] = _server_date(headers)
         except KubeApiError:
@@ -569,10 +604,17 @@ class KubeApi:
         return status, headers, payload
 
     def _send_once(
-        self, method: str, path: str, *, query: Optional[Dict[str, Any]], body: Any, content_type: str
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[Dict[str, Any]],
+        body: Any,
+        content_type: str,
+        accept: str = "application/json",
     ) -> tuple:
         query_params = [(key, value) for key, value in (query or {}).items() if value is not None]
-        header_params = {"Accept": "application/json", "Content-Type": content_type}
+        header_params = {"Accept": accept, "Content-Type": content_type}
         serialized = self._client.param_serialize(
             method,
             path,

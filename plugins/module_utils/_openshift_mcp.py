@@ -16,13 +16,25 @@ Facts used (openshift/api ``machineconfiguration/v1/types.go``, openshift/machin
   ``worker`` and one custom pool belongs to the custom pool; in two custom pools it is an error.
 - ``spec.paused`` holds rendering and node updates, and also the kubelet client CA rotation
   (a new certificate at 292 days, the old one removed at 365): a pool must not stay paused long.
+  The CA is the Secret ``openshift-kube-apiserver-operator/kube-apiserver-to-kubelet-signer``; the operator
+  annotates it with ``auth.openshift.io/certificate-not-before``/``-not-after`` (cluster-kube-apiserver-operator
+  bindata) and library-go's ``certrotation`` makes a new one at 80 % of its validity (day 292 of 365; openshift-docs
+  PRs 34704 and 45313, "Updating a cluster using custom machine config pools"; the MCO's alert
+  ``MachineConfigControllerPausedPoolKubeletCA``, machine-config-operator PR 2802). From OpenShift 4.13 the
+  machine-config daemon writes the new kubelet CA on nodes of paused pools too (machine-config-operator PR 3575,
+  OCPBUGS-8446; OpenShift 4.13 release notes, openshift-docs PR 57901): there a pause across the rotation is
+  reported, before 4.13 it is refused.
+- The API keeps no time of a pause. ``metadata.managedFields`` (apimachinery ``ManagedFieldsEntry``) names the
+  manager that last changed ``spec.paused`` and the time of that manager's last change to the object, so the pause
+  began at or before that time; this collection also writes ``gpufleet.io/paused-at`` and its field manager is
+  ``gpufleet.upgrade``.
 """
 
 from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import parse_time
 
@@ -37,6 +49,13 @@ MC_ROLE_LABEL = MCO_PREFIX + "role"
 PAUSED_AT_ANNOTATION = "gpufleet.io/paused-at"
 PAUSED_REASON_ANNOTATION = "gpufleet.io/paused-reason"
 STATE_DEGRADED = "Degraded"
+FIELD_MANAGER = "gpufleet.upgrade"
+SIGNER_NAMESPACE = "openshift-kube-apiserver-operator"
+SIGNER_NAME = "kube-apiserver-to-kubelet-signer"
+SIGNER_NOT_BEFORE = "auth.openshift.io/certificate-not-before"
+SIGNER_NOT_AFTER = "auth.openshift.io/certificate-not-after"
+CA_REFRESH_FRACTION = 0.8  # library-go certrotation: a new signer at 80 % of the old one's validity (292/365 days)
+DEFAULT_MAX_PAUSE_HOURS = 168.0
 STATE_DONE = "Done"
 
 
@@ -69,6 +88,8 @@ class PoolState:
     degraded_message: str
     paused_at: str = ""
     paused_reason: str = ""
+    paused_by: str = ""
+    paused_by_time: str = ""
 
     @property
     def settled(self) -> bool:
@@ -99,6 +120,8 @@ class PoolState:
             "current_config": self.current_config,
             "paused_at": self.paused_at or None,
             "paused_reason": self.paused_reason or None,
+            "paused_by": paused_by(self) or None,
+            "paused_by_time": self.paused_by_time or None,
         }
 
 
@@ -108,6 +131,7 @@ def pool_state(pool: Mapping[str, Any]) -> PoolState:
     status = pool.get("status") or {}
     conditions = _conditions(pool)
     annotations = meta.get("annotations") or {}
+    holder, holder_time = pause_manager(pool)
     degraded_message = "; ".join(
         str((conditions.get(kind) or {}).get("message") or "")
         for kind in ("NodeDegraded", "RenderDegraded", "Degraded")
@@ -131,7 +155,20 @@ def pool_state(pool: Mapping[str, Any]) -> PoolState:
         degraded_message=degraded_message,
         paused_at=str(annotations.get(PAUSED_AT_ANNOTATION) or ""),
         paused_reason=str(annotations.get(PAUSED_REASON_ANNOTATION) or ""),
+        paused_by=holder if spec.get("paused") else "",
+        paused_by_time=holder_time if spec.get("paused") else "",
     )
+
+
+def pause_manager(pool: Mapping[str, Any]) -> Tuple[str, str]:
+    """(manager, time) of the managedFields entry that owns ``spec.paused``; ("", "") when none does."""
+    for entry in (pool.get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        spec_fields = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if isinstance(spec_fields, Mapping) and "f:paused" in spec_fields:
+            return str(entry.get("manager") or ""), str(entry.get("time") or "")
+    return "", ""
 
 
 def pool_of_config(config_name: str) -> str:
@@ -243,11 +280,136 @@ def pause_patch(
     return patch
 
 
+def paused_by(state: PoolState) -> str:
+    """Who paused the pool: this collection when its mark is there, else the manager of ``spec.paused``.
+
+    The mark goes in the same patch as ``spec.paused`` and is removed when the collection unpauses; a pool the
+    collection paused before it wrote as field manager ``gpufleet.upgrade`` has the client's User-Agent there.
+    """
+    if not state.paused:
+        return ""
+    return FIELD_MANAGER if state.paused_at else state.paused_by
+
+
+def paused_since(state: PoolState) -> Optional[datetime.datetime]:
+    """The earliest time the pool is known to have been paused by (this collection's mark or managedFields).
+
+    The earliest of the two counts the longer age: the managedFields time is its manager's last change, which can
+    come after the pause.
+    """
+    if not state.paused:
+        return None
+    known = [t for t in (parse_time(state.paused_at), parse_time(state.paused_by_time)) if t is not None]
+    return min(known) if known else None
+
+
 def paused_hours(state: PoolState, *, now: datetime.datetime) -> Optional[float]:
-    since = parse_time(state.paused_at)
-    if not state.paused or since is None:
+    since = paused_since(state)
+    if since is None:
         return None
     return max(0.0, (now - since).total_seconds() / 3600.0)
+
+
+@dataclass(frozen=True)
+class CaRotation:
+    """When the kubelet client CA signer is next renewed, or why that could not be read."""
+
+    at: Optional[datetime.datetime]
+    not_after: Optional[datetime.datetime]
+    unknown: str = ""
+
+
+def ca_rotation(signer_metadata: Optional[Mapping[str, Any]]) -> CaRotation:
+    """The next rotation point from the signer Secret's metadata (None: the Secret could not be read)."""
+    if signer_metadata is None:
+        return CaRotation(None, None, f"Secret {SIGNER_NAMESPACE}/{SIGNER_NAME} could not be read")
+    annotations = signer_metadata.get("annotations") or {}
+    not_before = parse_time(annotations.get(SIGNER_NOT_BEFORE))
+    not_after = parse_time(annotations.get(SIGNER_NOT_AFTER))
+    if not_before is None or not_after is None or not_after <= not_before:
+        return CaRotation(None, not_after, f"{SIGNER_NAME} has no readable {SIGNER_NOT_BEFORE}/{SIGNER_NOT_AFTER}")
+    return CaRotation(not_before + (not_after - not_before) * CA_REFRESH_FRACTION, not_after)
+
+
+@dataclass(frozen=True)
+class PauseCheck:
+    """A decision about one pool's pause: ``refuse`` stops the plan before any change."""
+
+    pool: str
+    refuse: bool
+    warning: bool
+    message: str
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"pool": self.pool, "refuse": self.refuse, "warning": self.warning, "message": self.message}
+
+
+def pause_plan_checks(
+    state: PoolState,
+    *,
+    planned_hours: float,
+    max_pause_hours: float,
+    rotation: CaRotation,
+    now: datetime.datetime,
+    ca_synced_when_paused: bool = False,
+) -> List[PauseCheck]:
+    """Would pausing ``state``'s pool for ``planned_hours`` more exceed the limit or reach the CA rotation?
+
+    The pause is counted from when the pool was paused (if it already is) to the end of the plan.
+    ``max_pause_hours`` 0 turns the limit off; the rotation check stays (a warning only when
+    ``ca_synced_when_paused``: OpenShift 4.13 and later).
+    """
+    name = state.name
+    held = paused_hours(state, now=now) or 0.0
+    total = held + max(0.0, planned_hours)
+    who = paused_by(state)
+    already = f" (paused {held:.1f} h ago by {who or 'an unknown manager'})" if state.paused else ""
+    checks: List[PauseCheck] = []
+    if max_pause_hours > 0 and total > max_pause_hours:
+        checks.append(
+            PauseCheck(
+                name,
+                True,
+                False,
+                f"MachineConfigPool {name} would stay paused {total:.1f} h{already}, over openshift_max_pause_hours="
+                f"{max_pause_hours:g}: a paused pool holds its nodes' updates and the kubelet client CA rotation; "
+                "plan a shorter pause or raise the limit",
+            )
+        )
+    end = now + datetime.timedelta(hours=max(0.0, planned_hours))
+    if rotation.at is None:
+        checks.append(
+            PauseCheck(
+                name,
+                False,
+                True,
+                f"could not check whether MachineConfigPool {name}'s pause reaches the next kubelet client CA "
+                f"rotation: {rotation.unknown}",
+            )
+        )
+    elif end >= rotation.at:
+        expires = rotation.not_after.strftime("%Y-%m-%dT%H:%M:%SZ") if rotation.not_after else "unknown"
+        message = (
+            f"MachineConfigPool {name} would still be paused at the kubelet client CA rotation "
+            f"({rotation.at.strftime('%Y-%m-%dT%H:%M:%SZ')}, {SIGNER_NAME} expires {expires})"
+        )
+        if ca_synced_when_paused:
+            message += ": OpenShift 4.13 and later write the new CA on paused pools too, other updates still wait"
+        else:
+            message += ": before OpenShift 4.13 its nodes would not get the new CA; finish the plan and unpause first"
+        checks.append(PauseCheck(name, not ca_synced_when_paused, ca_synced_when_paused, message))
+    return checks
+
+
+def over_limit(state: PoolState, *, max_pause_hours: float, now: datetime.datetime) -> Optional[str]:
+    """A report line for a pool already paused longer than the limit (None when it is not)."""
+    hours = paused_hours(state, now=now)
+    if max_pause_hours <= 0 or hours is None or hours <= max_pause_hours:
+        return None
+    return (
+        f"MachineConfigPool {state.name} has been paused {hours:.1f} h by {paused_by(state) or 'an unknown manager'}, "
+        f"over openshift_max_pause_hours={max_pause_hours:g}"
+    )
 
 
 def normalized_pool(pool: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

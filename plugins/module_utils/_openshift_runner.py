@@ -34,6 +34,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     NIC_CLUSTER_POLICIES,
     NODES,
     PODS,
+    SECRETS,
     ResourceRef,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_check import MatrixSource, read_catalog
@@ -65,22 +66,32 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_interl
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp import (
     CURRENT_CONFIG,
+    DEFAULT_MAX_PAUSE_HOURS,
     DESIRED_CONFIG,
+    FIELD_MANAGER,
     MCD_STATE,
+    SIGNER_NAME,
+    SIGNER_NAMESPACE,
     STATE_DONE,
+    CaRotation,
     PoolState,
     apply_patch,
+    ca_rotation,
     custom_pool_body,
     degraded_nodes,
     membership_plan,
     node_name,
     node_pool,
     normalized_pool,
+    over_limit,
     pause_patch,
+    pause_plan_checks,
+    paused_by,
     paused_hours,
     pool_state,
     role_label,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check import may
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
@@ -117,7 +128,7 @@ def _guarded_merge(
             return current, {}
         body = apply_patch(patch, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}})
         try:
-            api.patch(ref, name, body)
+            api.patch(ref, name, body, field_manager=FIELD_MANAGER)
         except KubeApiError as err:
             if err.status == 409:
                 continue
@@ -137,9 +148,66 @@ class PoolOptions:
     paused: Optional[bool] = None  # state=present only
     max_unavailable: Optional[Any] = None
     pause_reason: str = ""
+    max_pause_hours: float = DEFAULT_MAX_PAUSE_HOURS
+    planned_pause_hours: float = 0.0
     wait: WaitOptions = field(default_factory=WaitOptions)
     check_mode: bool = False
     diff: bool = False
+
+
+def read_ca_rotation(api: KubeApi) -> CaRotation:
+    """The kubelet client CA signer's next rotation; unknown (with why) when the Secret cannot be read.
+
+    Only the Secret's metadata is asked for (PartialObjectMetadata): its data holds the CA's private key.
+    """
+    try:
+        if not may(api, "get", "", "secrets", namespace=SIGNER_NAMESPACE, name=SIGNER_NAME):
+            return CaRotation(None, None, f"the credentials may not read Secret {SIGNER_NAMESPACE}/{SIGNER_NAME}")
+        return ca_rotation(api.get_metadata(SECRETS, SIGNER_NAME, namespace=SIGNER_NAMESPACE))
+    except KubeApiError as err:
+        return CaRotation(None, None, f"Secret {SIGNER_NAMESPACE}/{SIGNER_NAME} could not be read: {err.msg}")
+
+
+def ca_synced_when_paused(api: KubeApi) -> bool:
+    """OpenShift 4.13 and later write the new kubelet CA on paused pools (machine-config-operator PR 3575)."""
+    try:
+        cv = api.get(CLUSTER_VERSIONS, CLUSTER_VERSION_NAME)
+    except KubeApiError:
+        return False
+    current = update_state(cv, version="").current if cv else ""
+    try:
+        return bool(current) and tuple(int(part) for part in minor_of(current).split(".")) >= (4, 13)
+    except ValueError:
+        return False
+
+
+def check_pause_plan(
+    api: KubeApi, states: List[PoolState], *, planned_hours: float, max_pause_hours: float, now: datetime.datetime
+) -> Dict[str, Any]:
+    """Every pool's pause checks for a plan that keeps ``states`` paused ``planned_hours`` more.
+
+    Returns ``checks`` (dicts), ``refusals`` and ``warnings`` (messages).
+    """
+    rotation = read_ca_rotation(api)
+    synced = ca_synced_when_paused(api) if rotation.at is not None else False
+    checks = [
+        check
+        for state in states
+        for check in pause_plan_checks(
+            state,
+            planned_hours=planned_hours,
+            max_pause_hours=max_pause_hours,
+            rotation=rotation,
+            now=now,
+            ca_synced_when_paused=synced,
+        )
+    ]
+    return {
+        "checks": [check.as_dict() for check in checks],
+        "refusals": [check.message for check in checks if check.refuse],
+        "warnings": [check.message for check in checks if check.warning],
+        "ca_rotation_at": iso(rotation.at) if rotation.at else None,
+    }
 
 
 class NodeTimeline:
@@ -272,6 +340,7 @@ def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional
     after: Dict[str, Any] = dict(before)
     if current is None and options.state in ("paused", "unpaused"):
         raise InvalidInputError(f"MachineConfigPool {options.name} does not exist")
+    _refuse_long_pause(api, options, current, result=result, now=clock.now())
     waits = options.wait.wait and not options.check_mode and options.state in ("unpaused", "present")
     # The timeline's first look is taken before the write that sets the pool going: a node the MCO updates
     # between that write and the wait's first look (drain and reboot between two reads of a busy client)
@@ -356,6 +425,34 @@ def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional
     return result
 
 
+def _refuse_long_pause(
+    api: KubeApi,
+    options: PoolOptions,
+    current: Optional[Dict[str, Any]],
+    *,
+    result: Dict[str, Any],
+    now: datetime.datetime,
+) -> None:
+    """Before any write: a pause over ``max_pause_hours`` or across the kubelet CA rotation is refused."""
+    if current is not None:
+        state = pool_state(current)
+        result["paused_by"] = paused_by(state) or None
+        late = over_limit(state, max_pause_hours=options.max_pause_hours, now=now)
+        if late:
+            result.setdefault("warnings", []).append(late)
+    pausing = options.state == "paused" or (options.state == "present" and options.paused)
+    if not pausing:
+        return
+    state = pool_state(current) if current is not None else pool_state({"metadata": {"name": options.name}})
+    plan = check_pause_plan(
+        api, [state], planned_hours=options.planned_pause_hours, max_pause_hours=options.max_pause_hours, now=now
+    )
+    result["pause_checks"] = plan["checks"]
+    result.setdefault("warnings", []).extend(plan["warnings"])
+    if plan["refusals"]:
+        raise InvalidInputError("; ".join(plan["refusals"]) + ". Nothing was changed.", result=result)
+
+
 def _write_membership(api: KubeApi, options: PoolOptions, *, result: Dict[str, Any]) -> None:
     """Give the pool's role label to the nodes ``result`` says join it and take it off those that leave."""
     label = role_label(options.name)
@@ -385,6 +482,9 @@ class ClusterVersionOptions:
     preflight_only: bool = False
     paused_age_warning_hours: float = 720.0
     pools: Optional[List[str]] = None
+    max_pause_hours: float = DEFAULT_MAX_PAUSE_HOURS
+    planned_pause_hours: float = 0.0
+    pause_pools: Optional[List[str]] = None  # the pools the plan will pause (checked against the limits)
     wait: WaitOptions = field(default_factory=WaitOptions)
     check_mode: bool = False
     diff: bool = False
@@ -398,11 +498,14 @@ def cluster_preflight(
     version: str,
     now: datetime.datetime,
     paused_age_warning_hours: float,
+    max_pause_hours: float = 0.0,
+    pause_plan: Optional[Mapping[str, Any]] = None,
 ) -> List[Finding]:
     """Every pool Updated and none degraded, the cluster upgradeable, no pool paused for too long.
 
     A run resuming its own update (``spec.desiredUpdate`` already asks for ``version``) finds pools
-    paused and rolling by its own hand: those are reported, not refused.
+    paused and rolling by its own hand: those are reported, not refused. ``pause_plan`` (check_pause_plan)
+    refuses a planned pause over ``max_pause_hours`` or across the kubelet CA rotation.
     """
     state = update_state(cv, version=version)
     # Pools paused or rolling by this update's own hand (a run interrupted and started again) are expected.
@@ -429,14 +532,18 @@ def cluster_preflight(
             findings.append(Finding("pool_degraded", ERROR, f"MachineConfigPool {pool_view.name} is degraded: {named}"))
             continue
         hours = paused_hours(pool_view, now=now)
+        who = f" by {paused_by(pool_view)}" if paused_by(pool_view) else ""
+        late = over_limit(pool_view, max_pause_hours=max_pause_hours, now=now)
+        if late:
+            findings.append(Finding("pool_pause_limit", WARN, late))
         if pool_view.paused:
             if hours is None:
                 findings.append(
                     Finding(
                         "pool_paused",
                         WARN,
-                        f"MachineConfigPool {pool_view.name} is paused and nobody recorded since when; a pool paused "
-                        "for months holds the kubelet client CA rotation (new certificate at 292 days)",
+                        f"MachineConfigPool {pool_view.name} is paused{who} and nobody recorded since when; a pool "
+                        "paused for months holds the kubelet client CA rotation (new certificate at 292 days)",
                     )
                 )
             elif hours >= paused_age_warning_hours:
@@ -444,13 +551,13 @@ def cluster_preflight(
                     Finding(
                         "pool_paused",
                         WARN,
-                        f"MachineConfigPool {pool_view.name} has been paused for {hours:.0f} h (warning at "
+                        f"MachineConfigPool {pool_view.name} has been paused{who} for {hours:.0f} h (warning at "
                         f"{paused_age_warning_hours:.0f} h): a paused pool holds the kubelet client CA rotation",
                     )
                 )
             else:
                 findings.append(
-                    Finding("pool_paused", INFO, f"MachineConfigPool {pool_view.name} paused for {hours:.1f} h")
+                    Finding("pool_paused", INFO, f"MachineConfigPool {pool_view.name} paused{who} for {hours:.1f} h")
                 )
         elif not pool_view.settled and not resuming:
             findings.append(
@@ -461,7 +568,43 @@ def cluster_preflight(
                     "change is rolling; let it finish first",
                 )
             )
+    for message in (pause_plan or {}).get("refusals") or []:
+        findings.append(Finding("pause_limit", ERROR, message))
+    for message in (pause_plan or {}).get("warnings") or []:
+        findings.append(Finding("pause_limit", WARN, message))
     return findings
+
+
+def _preflight(
+    api: KubeApi, options: ClusterVersionOptions, cv: Mapping[str, Any], *, now: datetime.datetime
+) -> Tuple[List[Dict[str, Any]], List[Finding]]:
+    """The pools looked at and cluster_preflight's findings, the planned pause of ``pause_pools`` included."""
+    every_pool = api.list(MACHINE_CONFIG_POOLS)
+    pools = every_pool
+    if options.pools:
+        pools = [p for p in pools if (p.get("metadata") or {}).get("name") in options.pools]
+    pause_plan = None
+    if options.pause_pools:
+        by_name = {pool_state(p).name: pool_state(p) for p in every_pool}
+        planned = [by_name.get(name) or pool_state({"metadata": {"name": name}}) for name in options.pause_pools]
+        pause_plan = check_pause_plan(
+            api,
+            planned,
+            planned_hours=options.planned_pause_hours,
+            max_pause_hours=options.max_pause_hours,
+            now=now,
+        )
+    findings = cluster_preflight(
+        cv,
+        pools,
+        api.list(NODES),
+        version=options.version,
+        now=now,
+        paused_age_warning_hours=options.paused_age_warning_hours,
+        max_pause_hours=options.max_pause_hours,
+        pause_plan=pause_plan,
+    )
+    return pools, findings
 
 
 def run_clusterversion_update(
@@ -472,17 +615,7 @@ def run_clusterversion_update(
     cv = api.get(CLUSTER_VERSIONS, CLUSTER_VERSION_NAME)
     if cv is None:
         raise InvalidInputError("ClusterVersion 'version' does not exist: this is not an OpenShift cluster")
-    pools = api.list(MACHINE_CONFIG_POOLS)
-    if options.pools:
-        pools = [p for p in pools if (p.get("metadata") or {}).get("name") in options.pools]
-    findings = cluster_preflight(
-        cv,
-        pools,
-        api.list(NODES),
-        version=options.version,
-        now=clock.now(),
-        paused_age_warning_hours=options.paused_age_warning_hours,
-    )
+    pools, findings = _preflight(api, options, cv, now=clock.now())
     state = update_state(cv, version=options.version)
     result: Dict[str, Any] = {
         "changed": False,

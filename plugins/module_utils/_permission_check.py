@@ -163,6 +163,12 @@ class _Reviews:
         return self.answers[key]
 
 
+def may(api: Any, verb: str, group: str, resource: str, *, namespace: str = "", name: str = "") -> bool:
+    """Whether the credentials may do this (one SelfSubjectAccessReview): a read outside the shipped roles is
+    asked first, so that without the grant it is "could not check" and not a 403 in the API server's audit."""
+    return _Reviews(api).allowed(verb, group, resource, namespace=namespace, name=name)
+
+
 def _not_held(reviews: _Reviews, role: Mapping[str, Any], namespace: str) -> List[str]:
     """The permissions of the ClusterRole's rules the credentials do not hold (in the namespace, or cluster-wide)."""
     missing = []

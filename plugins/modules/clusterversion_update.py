@@ -15,6 +15,13 @@ description:
     paused long enough to endanger the kubelet client CA rotation (warning at O(paused_age_warning_hours)). A run
     resuming its own update (C(spec.desiredUpdate) already asks for O(version)) reports its paused and rolling pools
     instead of refusing them.
+  - With O(pause_pools), also checks the pause the caller plans - each of those pools paused O(planned_pause_hours)
+    more (counted from when it was paused, if it is) must stay within O(max_pause_hours) and end before the next
+    kubelet client CA rotation, read from the annotations of the Secret
+    C(openshift-kube-apiserver-operator/kube-apiserver-to-kubelet-signer) (its metadata only). Crossing the rotation
+    is an error before OpenShift 4.13 and a warning from 4.13 (the MCO then writes the new CA on paused pools too);
+    a rotation that cannot be read is a "could not check" warning. Pools already paused longer than
+    O(max_pause_hours) are reported with who paused them (the manager of C(spec.paused) in C(managedFields)).
   - Refuses, before any write, a downgrade (OpenShift does not support them), a minor update while
     C(Upgradeable=False), a new version while another update is in progress, and a Failing cluster.
   - Sets C(spec.desiredUpdate) (C(version), C(image), C(force)) and C(spec.channel) with a merge patch guarded by
@@ -63,6 +70,20 @@ options:
     description: Warn about a pool paused for longer than this (the kubelet client CA is renewed at 292 days).
     type: float
     default: 720
+  max_pause_hours:
+    description: Longest a pool may stay paused; a planned pause over it is an error, a pool paused longer a warning.
+      0 turns the limit off (the CA rotation check stays).
+    type: float
+    default: 168
+  planned_pause_hours:
+    description: How long the caller plans to keep O(pause_pools) paused from now.
+    type: float
+    default: 0
+  pause_pools:
+    description: Pools the caller is about to pause (or keep paused); a pool that does not exist yet counts as unpaused.
+    type: list
+    elements: str
+    default: []
   wait:
     description: Wait until the update is Completed.
   wait_timeout:
@@ -179,6 +200,9 @@ def argument_spec():
         preflight_only={"type": "bool", "default": False},
         pools={"type": "list", "elements": "str"},
         paused_age_warning_hours={"type": "float", "default": 720},
+        max_pause_hours={"type": "float", "default": 168},
+        planned_pause_hours={"type": "float", "default": 0},
+        pause_pools={"type": "list", "elements": "str", "default": []},
     )
     spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=15.0))
     return spec
@@ -194,6 +218,9 @@ def update_options(module):
         preflight_only=params["preflight_only"],
         pools=params["pools"],
         paused_age_warning_hours=params["paused_age_warning_hours"],
+        max_pause_hours=params["max_pause_hours"],
+        planned_pause_hours=params["planned_pause_hours"],
+        pause_pools=params["pause_pools"],
         wait=WaitOptions(wait=params["wait"], timeout=params["wait_timeout"], sleep=params["wait_sleep"]),
         check_mode=module.check_mode,
         diff=module._diff,

@@ -12,7 +12,16 @@ version_added: 0.1.0
 description:
   - C(paused) and C(unpaused) set C(spec.paused) of an existing pool with a merge patch guarded by its
     C(resourceVersion). Pausing records when, in the annotation C(gpufleet.io/paused-at), because the API keeps no
-    time of a pause and a pool paused for months holds the kubelet client CA rotation.
+    time of a pause and a pool paused for months holds the kubelet client CA rotation. It writes as field manager
+    C(gpufleet.upgrade), so C(metadata.managedFields) names it as the one that paused the pool.
+  - Before any write, a pause (C(paused), or C(present) with O(paused)) is refused when the pool would stay paused,
+    counted from when it was paused to O(planned_pause_hours) from now, longer than O(max_pause_hours), or (before
+    OpenShift 4.13) past the next kubelet client CA rotation, read from the annotations
+    C(auth.openshift.io/certificate-not-before) and C(-not-after) of the Secret
+    C(openshift-kube-apiserver-operator/kube-apiserver-to-kubelet-signer) (the new CA comes at 80% of its validity).
+    From 4.13 the MCO writes the new CA on paused pools too, so crossing it is a warning; a rotation that cannot be
+    read is a "could not check" warning, never a pass. A pool already paused longer than O(max_pause_hours) is
+    reported with who paused it (RV(paused_by)).
   - C(present) creates a custom worker pool as the OpenShift canary procedure does (its C(machineConfigSelector) takes
     the C(worker) configs and its own, its C(nodeSelector) is the role label C(node-role.kubernetes.io/<name>)), and
     puts that role label on the nodes matching O(member_selector) (they keep the worker role label) and removes it from
@@ -57,6 +66,14 @@ options:
   max_unavailable:
     description: The pool's C(maxUnavailable) (a count or a percentage; the MCO refuses 0).
     type: raw
+  max_pause_hours:
+    description: Longest a pool may stay paused (hours); 0 turns the limit off, the CA rotation check stays.
+    type: float
+    default: 168
+  planned_pause_hours:
+    description: How long from now the caller plans to keep the pool paused (hours), checked against the limits.
+    type: float
+    default: 0
   pause_reason:
     description: Recorded on the pool (annotation C(gpufleet.io/paused-reason)) when pausing, so a person sees why.
     type: str
@@ -110,7 +127,20 @@ pool:
   sample: {name: worker, paused: false, updated: true, updating: false, degraded: false, settled: true,
            machine_count: 5, updated_machine_count: 5, ready_machine_count: 5, unavailable_machine_count: 0,
            degraded_machine_count: 0, target_config: rendered-worker-7a1..., current_config: rendered-worker-7a1...,
-           paused_at: null, paused_reason: null}
+           paused_at: null, paused_reason: null, paused_by: null, paused_by_time: null}
+paused_by:
+  description: Who paused the pool - C(gpufleet.upgrade) when its C(gpufleet.io/paused-at) mark is there, else the
+    manager that owns C(spec.paused) in C(managedFields); null when the pool is not paused.
+  returned: when the pool exists
+  type: str
+  sample: oc
+pause_checks:
+  description: The pause limits checked when pausing (C(refuse) true means the task failed before any write).
+  returned: when pausing
+  type: list
+  elements: dict
+  sample: [{pool: worker, refuse: true, warning: false,
+            message: "MachineConfigPool worker would stay paused 200.0 h, over openshift_max_pause_hours=168: ..."}]
 timeline:
   description: Per node of the pool that changed while the module waited.
   returned: always
@@ -183,6 +213,8 @@ def argument_spec():
         paused={"type": "bool"},
         max_unavailable={"type": "raw"},
         pause_reason={"type": "str", "default": ""},
+        max_pause_hours={"type": "float", "default": 168},
+        planned_pause_hours={"type": "float", "default": 0},
     )
     spec.update(wait_argument_spec())
     return spec
@@ -202,6 +234,8 @@ def pool_options(module):
         paused=params["paused"],
         max_unavailable=max_unavailable,
         pause_reason=params["pause_reason"],
+        max_pause_hours=params["max_pause_hours"],
+        planned_pause_hours=params["planned_pause_hours"],
         wait=WaitOptions(wait=params["wait"], timeout=params["wait_timeout"], sleep=params["wait_sleep"]),
         check_mode=module.check_mode,
         diff=module._diff,

@@ -7,6 +7,7 @@ step; these tests do the same.
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -63,8 +64,13 @@ def kernels(twin) -> dict:
 
 
 def writes(twin) -> int:
-    by_verb = twin.report()["requests"]["by_verb"]
-    return sum(by_verb.get(verb, 0) for verb in WRITE_VERBS)
+    """Writes that can change the cluster (a SelfSubjectAccessReview is a create that changes nothing)."""
+    by_verb_resource = twin.report()["requests"]["by_verb_resource"]
+    return sum(
+        count
+        for key, count in by_verb_resource.items()
+        if key.split(" ", 1)[0] in WRITE_VERBS and "selfsubjectaccessreviews" not in key
+    )
 
 
 def label_canary(twin) -> None:
@@ -270,7 +276,7 @@ def test_killed_canary_run_resumes(fresh_twin, tmp_path):
     assert kernels(twin)["gpu-worker-002"] != TARGET_KERNEL
 
 
-def test_rollback_is_refused_and_changes_nothing(fresh_twin, tmp_path):
+def test_rollback_and_pauses_over_the_limits_are_refused_and_change_nothing(fresh_twin, tmp_path):
     twin = fresh_twin
     result_file = tmp_path / "result.json"
     writes_before = writes(twin)
@@ -278,6 +284,61 @@ def test_rollback_is_refused_and_changes_nothing(fresh_twin, tmp_path):
     assert run.returncode != 0
     assert "does not support downgrading" in run.output
     assert writes(twin) == writes_before
+
+    # Someone else paused the worker pool: only managedFields say who (the API keeps no pause time).
+    label_canary(twin)
+    kubectl(
+        twin, "patch", "mcp", "worker", "--type", "merge", "-p", '{"spec":{"paused":true}}', "--field-manager=ops-alice"
+    )
+    writes_before = writes(twin)
+    run = run_playbook(
+        PLAYBOOK,
+        twin=twin,
+        extra_vars=role_vars("canary", result_file, openshift_max_pause_hours=12, openshift_planned_pause_hours=24),
+    )
+    assert run.returncode != 0
+    assert "MachineConfigPool worker would stay paused" in run.output, run.output[-3000:]
+    assert "MachineConfigPool gpu-canary would stay paused 24.0 h" in run.output
+    assert "openshift_max_pause_hours=12" in run.output and "by ops-alice" in run.output
+    assert writes(twin) == writes_before, "the refused canary must change nothing"
+    assert "gpu-canary" not in pools(twin)
+    result = json.loads(result_file.read_text())
+    paused = [f["message"] for f in result["preflight"]["findings"] if f["check"] == "pool_paused"]
+    assert paused and paused[0].startswith("MachineConfigPool worker paused by ops-alice for"), paused
+    assert next(p for p in result["preflight"]["pools"] if p["name"] == "worker")["paused_by"] == "ops-alice"
+
+    # The module that pauses refuses a pause over its own limit, before any write, naming the pool and the limit.
+    pool_run = run_playbook(
+        "tests/integration/playbooks/openshift_pool.yml",
+        twin=twin,
+        extra_vars={"pool": "worker", "state": "paused", "max_pause_hours": 100, "planned_pause_hours": 200},
+    )
+    assert pool_run.returncode != 0
+    assert "Failed to bring MachineConfigPool worker to paused" in pool_run.output
+    assert "openshift_max_pause_hours=100" in pool_run.output and "Nothing was changed" in pool_run.output
+    assert writes(twin) == writes_before
+
+    # The kubelet CA signer due for renewal: OpenShift 4.16 writes the new CA on paused pools too (4.13 and
+    # later), so a pause across the rotation is a warning there, never a silent pass.
+    signer = get_json(twin, "secret", "-n", "openshift-kube-apiserver-operator", "kube-apiserver-to-kubelet-signer")
+    annotations = signer["metadata"]["annotations"]
+    not_before = datetime.datetime.fromisoformat(annotations["auth.openshift.io/certificate-not-before"])
+    not_before -= datetime.timedelta(days=92)  # the renewal point (day 292) is now the twin's start
+    kubectl(
+        twin, "annotate", "--overwrite", "secret", "-n", "openshift-kube-apiserver-operator",
+        "kube-apiserver-to-kubelet-signer",
+        f"auth.openshift.io/certificate-not-before={not_before:%Y-%m-%dT%H:%M:%SZ}",
+        f"auth.openshift.io/certificate-not-after={not_before + datetime.timedelta(days=365):%Y-%m-%dT%H:%M:%SZ}",
+    )  # fmt: skip
+    pool_run = run_playbook(
+        "tests/integration/playbooks/openshift_pool.yml",
+        twin=twin,
+        extra_vars={"pool": "worker", "state": "paused", "max_pause_hours": 0, "planned_pause_hours": 1},
+        check=True,
+    )
+    assert pool_run.returncode == 0, pool_run.output[-3000:]
+    assert "would still be paused at the kubelet client CA rotation" in pool_run.output
+    assert "4.13 and later" in pool_run.output
 
 
 @pytest.mark.parametrize("unused", [None])

@@ -63,8 +63,14 @@ def test_real_crds_prune_unknown_fields_and_cluster_version_has_a_status(twin):
     assert "versionHash" in cv["status"] and "availableUpdates" in cv["status"]
     assert "Cluster version is 4.16.20" in kubectl(twin, "get", "clusterversion")
     kubectl(twin, "patch", "mcp", "worker", "--type", "merge", "-p", '{"spec": {"bogus": 1, "paused": true}}')
-    worker = get(twin, "mcp", "worker")
+    worker = get(twin, "mcp", "worker", "--show-managed-fields")
     assert worker["spec"]["paused"] is True and "bogus" not in worker["spec"]
+    # kubectl names itself as the manager of spec.paused (the only record of who paused a pool, and when).
+    owners = [e for e in worker["metadata"]["managedFields"] if "f:paused" in e["fieldsV1"].get("f:spec", {})]
+    assert [(e["manager"], e["operation"]) for e in owners] == [("kubectl-patch", "Update")]
+    assert owners[0]["time"].endswith("Z")
+    signer = get(twin, "secret", "-n", ocp.SIGNER_NAMESPACE, ocp.SIGNER_NAME)
+    assert signer["metadata"]["annotations"]["auth.openshift.io/certificate-not-after"] > owners[0]["time"]
     kubectl(twin, "patch", "clusterversion", "version", "--type", "merge", "-p", '{"spec": {"notAField": "x"}}')
     assert "notAField" not in get(twin, "clusterversion", "version")["spec"]
 

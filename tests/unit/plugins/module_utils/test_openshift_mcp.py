@@ -6,10 +6,16 @@ import datetime
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp import (
     PAUSED_AT_ANNOTATION,
+    SIGNER_NOT_AFTER,
+    SIGNER_NOT_BEFORE,
+    ca_rotation,
     custom_pool_body,
     degraded_nodes,
     membership_plan,
+    over_limit,
     pause_patch,
+    pause_plan_checks,
+    paused_by,
     paused_hours,
     pool_of_config,
     pool_state,
@@ -106,3 +112,120 @@ def test_paused_hours_reads_a_paused_at_written_with_microseconds():
     paused = pool(paused=True, annotations={PAUSED_AT_ANNOTATION: "2026-11-22T08:00:00.500000Z"})
     now = datetime.datetime(2026, 11, 22, 20, 0, 0, 500000, tzinfo=datetime.UTC)
     assert paused_hours(pool_state(paused), now=now) == 12.0
+
+
+NOW = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.UTC)
+# Signer made 200 days before NOW, valid 365 days: the next CA comes at day 292, 92 days after NOW.
+SIGNER = {
+    "annotations": {
+        SIGNER_NOT_BEFORE: (NOW - datetime.timedelta(days=200)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        SIGNER_NOT_AFTER: (NOW + datetime.timedelta(days=165)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+}
+
+
+def paused_by_oc(hours_ago: float, *, annotated_hours_ago=None):
+    stamp = (NOW - datetime.timedelta(hours=hours_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    annotations = {}
+    if annotated_hours_ago is not None:
+        annotations[PAUSED_AT_ANNOTATION] = (NOW - datetime.timedelta(hours=annotated_hours_ago)).isoformat()
+    return pool(
+        paused=True,
+        annotations=annotations,
+        managedFields=[
+            {"manager": "installer", "operation": "Update", "time": "2026-01-01T00:00:00Z",
+             "fieldsV1": {"f:spec": {"f:maxUnavailable": {}}}},
+            {"manager": "oc", "operation": "Update", "time": stamp, "fieldsV1": {"f:spec": {"f:paused": {}}}},
+        ],
+    )  # fmt: skip
+
+
+def test_who_paused_is_the_manager_of_spec_paused_and_the_age_the_earliest_known_time():
+    state = pool_state(paused_by_oc(10))
+    assert (paused_by(state), round(paused_hours(state, now=NOW), 1)) == ("oc", 10.0)
+    assert state.summary()["paused_by"] == "oc"
+    # This collection's mark, older than the manager's last change, gives the longer (truer) age.
+    marked_too = pool_state(paused_by_oc(10, annotated_hours_ago=30))
+    assert round(paused_hours(marked_too, now=NOW), 1) == 30.0
+    # The mark is written with spec.paused: the pool is this collection's even where the creator owns the field.
+    assert paused_by(marked_too) == "gpufleet.upgrade" == marked_too.summary()["paused_by"]
+    # No managedFields (stripped, or an old server): the mark says it was this collection.
+    marked = pool_state(pool(paused=True, annotations={PAUSED_AT_ANNOTATION: "2026-11-28T10:00:00Z"}))
+    assert paused_by(marked) == "gpufleet.upgrade"
+    # An unpaused pool was paused by nobody, whoever last wrote spec.paused.
+    assert paused_by(pool_state({**paused_by_oc(10), "spec": {"paused": False}})) == ""
+
+
+def test_ca_rotation_is_at_eighty_percent_of_the_signer_validity_or_unknown():
+    rotation = ca_rotation(SIGNER)
+    assert rotation.at == NOW + datetime.timedelta(days=92)
+    assert ca_rotation(None).at is None and "could not be read" in ca_rotation(None).unknown
+    assert "no readable" in ca_rotation({"annotations": {SIGNER_NOT_AFTER: "soon"}}).unknown
+
+
+def test_a_plan_over_the_limit_is_refused_naming_pool_limit_and_who_paused():
+    checks = pause_plan_checks(
+        pool_state(paused_by_oc(150)), planned_hours=24, max_pause_hours=168, rotation=ca_rotation(SIGNER), now=NOW
+    )
+    assert [(c.refuse, c.warning) for c in checks] == [(True, False)]
+    assert "worker" in checks[0].message and "openshift_max_pause_hours=168" in checks[0].message
+    assert "174.0 h" in checks[0].message and "by oc" in checks[0].message
+    fits = pause_plan_checks(
+        pool_state(pool()), planned_hours=24, max_pause_hours=168, rotation=ca_rotation(SIGNER), now=NOW
+    )
+    assert fits == []
+    # 0 turns the limit off.
+    assert (
+        pause_plan_checks(
+            pool_state(paused_by_oc(1000)), planned_hours=1, max_pause_hours=0, rotation=ca_rotation(SIGNER), now=NOW
+        )
+        == []
+    )
+
+
+def test_a_pause_across_the_ca_rotation_is_refused_before_4_13_and_reported_after():
+    long_plan = {"planned_hours": 93 * 24, "max_pause_hours": 0, "rotation": ca_rotation(SIGNER), "now": NOW}
+    before = pause_plan_checks(pool_state(pool()), **long_plan)
+    assert [(c.refuse, c.warning) for c in before] == [(True, False)]
+    assert "kubelet client CA rotation" in before[0].message and "before OpenShift 4.13" in before[0].message
+    after = pause_plan_checks(pool_state(pool()), ca_synced_when_paused=True, **long_plan)
+    assert [(c.refuse, c.warning) for c in after] == [(False, True)]
+
+
+def test_an_unreadable_rotation_is_could_not_check_never_a_pass():
+    checks = pause_plan_checks(
+        pool_state(pool()), planned_hours=1, max_pause_hours=168, rotation=ca_rotation(None), now=NOW
+    )
+    assert [(c.refuse, c.warning) for c in checks] == [(False, True)]
+    assert checks[0].message.startswith("could not check")
+
+
+def test_pools_already_paused_past_the_limit_are_reported_with_who():
+    assert over_limit(pool_state(paused_by_oc(200)), max_pause_hours=168, now=NOW) == (
+        "MachineConfigPool worker has been paused 200.0 h by oc, over openshift_max_pause_hours=168"
+    )
+    assert over_limit(pool_state(paused_by_oc(100)), max_pause_hours=168, now=NOW) is None
+
+
+class SignerApi:
+    """The calls read_ca_rotation makes: a SelfSubjectAccessReview, then the Secret's metadata."""
+
+    def __init__(self, *, allowed: bool):
+        self.allowed, self.reads = allowed, 0
+
+    def create(self, ref, body, **_):
+        assert body["spec"]["resourceAttributes"]["name"] == "kube-apiserver-to-kubelet-signer"
+        return {"status": {"allowed": self.allowed}}
+
+    def get_metadata(self, ref, name, *, namespace=None):
+        self.reads += 1
+        return SIGNER
+
+
+def test_the_signer_is_read_only_when_the_credentials_may_else_could_not_check():
+    from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_runner import read_ca_rotation
+
+    denied = SignerApi(allowed=False)
+    rotation = read_ca_rotation(denied)
+    assert rotation.at is None and "may not read" in rotation.unknown and denied.reads == 0
+    assert read_ca_rotation(SignerApi(allowed=True)).at == NOW + datetime.timedelta(days=92)

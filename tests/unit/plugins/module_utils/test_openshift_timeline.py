@@ -137,8 +137,9 @@ class UnpausedCluster:
             return [node("gpu-worker-005"), node("gpu-worker-006")]
         return self.looks.pop(0)
 
-    def patch(self, ref, name, body, *, namespace=None):
+    def patch(self, ref, name, body, *, namespace=None, field_manager=""):
         assert ref == MACHINE_CONFIG_POOLS and body["spec"]["paused"] is False
+        assert field_manager == "gpufleet.upgrade"  # managedFields name this collection as the writer
         self.patched = True
         return body
 

@@ -13,7 +13,7 @@ from ..machinery import errors, patching
 from ..machinery.errors import ApiError
 from ..machinery.registry import ResourceType
 from ..machinery.store import Obj
-from . import rbac
+from . import managed_fields, rbac
 from .bodies import check_body_kind, check_unknown_fields, field_validation, is_dry_run, read_body
 from .context import USER, ServerContext
 from .rendering import render_object
@@ -45,6 +45,7 @@ async def create(ctx: ServerContext, request: web.Request, target: ResourceReque
     directive = field_validation(request)
     dry_run = is_dry_run(request)
     obj, warnings = check_unknown_fields(ctx, rtype, body, directive)
+    stamp_managed_fields(ctx, request, rtype, None, obj)
     created = ctx.twin.store.create(rtype, obj, namespace=target.namespace, dry_run=dry_run)
     response = render_object(ctx, request, rtype, created, status=201)
     add_warnings(response, warnings)
@@ -70,6 +71,9 @@ async def update(ctx: ServerContext, request: web.Request, target: ResourceReque
     subresource = target.subresource if target.subresource in ("status",) else None
     if target.subresource == "finalize":
         obj = finalize_body(ctx, rtype, target, obj)
+    if not target.subresource:
+        current = ctx.twin.store.try_get(rtype, target.namespace, target.name)
+        stamp_managed_fields(ctx, request, rtype, current, obj)
     updated = ctx.twin.store.update(rtype, obj, subresource=subresource, dry_run=dry_run)
     response = render_object(ctx, request, rtype, updated)
     add_warnings(response, warnings)
@@ -128,6 +132,8 @@ async def patch(ctx: ServerContext, request: web.Request, target: ResourceReques
             "the namespace of the provided object does not match the namespace sent on the request"
         )
     obj, warnings = check_unknown_fields(ctx, rtype, patched, directive)
+    if not target.subresource:
+        stamp_managed_fields(ctx, request, rtype, current, obj)
     updated = store.update(rtype, obj, subresource=subresource, dry_run=dry_run)
     response = render_object(ctx, request, rtype, updated)
     add_warnings(response, warnings)
@@ -139,7 +145,7 @@ async def server_side_apply(
 ) -> web.Response:
     """Minimal server-side apply: create when absent, else merge the applied fields into the object.
 
-    Not modelled: managedFields ownership, conflicts between managers, and
+    managedFields are recorded as for an update (managed_fields). Not modelled: conflicts between managers, and
     removing fields that an earlier apply set and this one omits.
     """
     rtype, store = target.rtype, ctx.twin.store
@@ -172,6 +178,7 @@ async def server_side_apply(
         if target.subresource:
             raise errors.not_found(rtype.plural, target.name or "", rtype.group)
         obj, warnings = check_unknown_fields(ctx, rtype, applied, directive)
+        stamp_managed_fields(ctx, request, rtype, None, obj, operation="Apply")
         created = store.create(rtype, obj, namespace=target.namespace, dry_run=dry_run)
         response = render_object(ctx, request, rtype, created, status=201)
         add_warnings(response, warnings)
@@ -186,12 +193,34 @@ async def server_side_apply(
         strategic_supported=strategic,
     )
     obj, warnings = check_unknown_fields(ctx, rtype, patched, directive)
+    if not target.subresource:
+        stamp_managed_fields(ctx, request, rtype, current, obj, operation="Apply")
     updated = store.update(
         rtype, obj, subresource="status" if target.subresource == "status" else None, dry_run=dry_run
     )
     response = render_object(ctx, request, rtype, updated)
     add_warnings(response, warnings)
     return response
+
+
+def stamp_managed_fields(
+    ctx: ServerContext,
+    request: web.Request,
+    rtype: ResourceType,
+    current: Obj | None,
+    obj: Obj,
+    *,
+    operation: str = "Update",
+) -> None:
+    """Record who changed which fields of ``obj`` (the manager from ``fieldManager`` or the User-Agent)."""
+    managed_fields.record(
+        current,
+        obj,
+        manager=managed_fields.manager_of(request.query.get("fieldManager", ""), request.headers.get("User-Agent", "")),
+        operation=operation,
+        api_version=rtype.api_version,
+        now=ctx.twin.clock.iso(),
+    )
 
 
 def name_mismatch(name: object, target: ResourceRequest) -> ApiError:

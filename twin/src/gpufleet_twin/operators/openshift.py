@@ -42,13 +42,20 @@ maxUnavailable, ``calculateStatus``) and openshift/cluster-version-operator (his
   ``sriov-network-operator``, channel ``stable``, ``operators/sriov_olm.py``), which the composition
   root attaches after this simulation (the channel's head follows the cluster's OpenShift minor).
 
-Left out: MachineConfig objects and their merge, RenderDegraded causes, kubelet CA
-rotation, the drain's 1-hour degradation, ClusterOperators, availableUpdates/graph.
+- The kubelet client CA signer: the Secret ``openshift-kube-apiserver-operator/kube-apiserver-to-kubelet-signer``
+  with the annotations the kube-apiserver operator writes on its signers (cluster-kube-apiserver-operator
+  bindata ``kube-apiserver-to-kubelet-signer.yaml``): ``auth.openshift.io/certificate-not-before`` and
+  ``-not-after`` (365 days; the operator makes a new CA at 292 days, openshift-docs PR 45313). Seeded as
+  installed ``SIGNER_SEED_AGE_DAYS`` ago; tests move the dates with ``kubectl annotate``. Its data is a placeholder.
+
+Left out: MachineConfig objects and their merge, RenderDegraded causes, the kubelet CA rotation itself (the
+signer is never renewed), the drain's 1-hour degradation, ClusterOperators, availableUpdates/graph.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -88,6 +95,10 @@ DTK_NAMESPACE = "openshift"
 DTK_IMAGESTREAM = "driver-toolkit"
 DTK_IMAGE_PREFIX = "quay.io/openshift-release-dev/ocp-v4.0-art-dev:driver-toolkit-"
 GPU_DRIVER_IMAGES = frozenset({"driver"})
+SIGNER_NAMESPACE = "openshift-kube-apiserver-operator"
+SIGNER_NAME = "kube-apiserver-to-kubelet-signer"
+SIGNER_LIFETIME_DAYS = 365
+SIGNER_SEED_AGE_DAYS = 200  # the next rotation (day 292) is 92 days away
 MOFED_DRIVER_IMAGES = frozenset({"doca-driver", "mofed"})
 
 
@@ -226,6 +237,7 @@ class OpenShiftPlatform:
             return
         self.seed()
         self.seed_driver_toolkit()
+        self.seed_kubelet_signer()
         self.sim.pod_behaviours.insert(0, self.build_check_plan)
         self.twin.controllers.append(self)
         self.twin.published["openshift"] = {
@@ -295,6 +307,36 @@ class OpenShiftPlatform:
             }
             self._write_status(self.cv_type, CLUSTER_VERSION_NAME, status)
         self.reconcile()
+
+    def seed_kubelet_signer(self) -> None:
+        secret_type = self.twin.registry.get("", "secrets")
+        if secret_type is None or self.store.try_get(secret_type, SIGNER_NAMESPACE, SIGNER_NAME) is not None:
+            return
+        if self.store.try_get(self.kinds.namespace, None, SIGNER_NAMESPACE) is None:
+            self.store.create(self.kinds.namespace, namespace_object(SIGNER_NAMESPACE, profile="openshift"))
+        not_before = self.twin.clock.now() - SIGNER_SEED_AGE_DAYS * 86400
+        placeholder = base64.b64encode(b"twin placeholder, not a certificate").decode()
+        self.store.create(
+            secret_type,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {
+                    "name": SIGNER_NAME,
+                    "namespace": SIGNER_NAMESPACE,
+                    "annotations": {
+                        "auth.openshift.io/certificate-not-before": self.twin.clock.iso(not_before),
+                        "auth.openshift.io/certificate-not-after": self.twin.clock.iso(
+                            not_before + SIGNER_LIFETIME_DAYS * 86400
+                        ),
+                        "auth.openshift.io/certificate-issuer": "kube-apiserver-to-kubelet-signer",
+                        "openshift.io/owning-component": "kube-apiserver",
+                    },
+                },
+                "data": {"tls.crt": placeholder, "tls.key": placeholder},
+            },
+        )
 
     # -- driver toolkit -----------------------------------------------------------------------------------------
     def seed_driver_toolkit(self) -> None:
