@@ -633,6 +633,36 @@ def sanitized_kernel(kernel: str) -> str:
     return kernel.replace("_", ".")
 
 
+def _driver_daemonset(
+    policy: Obj,
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    pod_labels: Mapping[str, str],
+    node_selector: Mapping[str, str],
+    pod_spec: tuple[list[Obj], list[Obj]],
+    openshift: bool = True,
+) -> Obj:
+    """A driver DaemonSet of the ClusterPolicy: OnDelete (the upgrade controller or the user deletes its pods), the
+    nvidia-driver service account, and on OpenShift its SecurityContextConstraints."""
+    init, containers = pod_spec
+    return _daemonset(
+        name=name,
+        namespace=namespace,
+        labels=labels,
+        pod_labels=pod_labels,
+        node_selector=node_selector,
+        containers=containers,
+        init_containers=init,
+        policy=policy,
+        owner=policy,
+        update_strategy={"type": "OnDelete"},
+        service_account="nvidia-driver",
+        annotations={"openshift.io/scc": "nvidia-driver"} if openshift else None,
+    )
+
+
 def _render_precompiled_driver_daemonsets(
     policy: Obj, driver: Obj, *, namespace: str, manager_image: str, nodes: list[Mapping[str, str]]
 ) -> list[Obj]:
@@ -657,19 +687,14 @@ def _render_precompiled_driver_daemonsets(
             driver=driver, image=image, openshift=False, rhcos=None, manager_image=manager_image
         )
         rendered.append(
-            _daemonset(
+            _driver_daemonset(
+                policy,
                 name=name,
                 namespace=namespace,
                 labels={**labels, "nvidia.com/precompiled.kernel-version": sanitized_kernel(kernel)},
                 pod_labels=labels,
                 node_selector={DEPLOY_PREFIX + "driver": "true", KERNEL_LABEL: kernel},
-                containers=containers,
-                init_containers=init,
-                policy=policy,
-                owner=policy,
-                update_strategy={"type": "OnDelete"},
-                service_account="nvidia-driver",
-                annotations={"openshift.io/scc": "nvidia-driver"},
+                pod_spec=(init, containers),
             )
         )
     return rendered
@@ -722,19 +747,14 @@ def render_driver_daemonsets(
                 driver=driver, image=image, openshift=True, rhcos=rhcos, manager_image=manager_image
             )
             rendered.append(
-                _daemonset(
+                _driver_daemonset(
+                    policy,
                     name=name,
                     namespace=namespace,
                     labels=labels,
                     pod_labels=pod_labels,
                     node_selector={**base_selector, OSTREE_LABEL: rhcos},
-                    containers=containers,
-                    init_containers=init,
-                    policy=policy,
-                    owner=policy,
-                    update_strategy={"type": "OnDelete"},
-                    service_account="nvidia-driver",
-                    annotations={"openshift.io/scc": "nvidia-driver"},
+                    pod_spec=(init, containers),
                 )
             )
         return rendered
@@ -746,18 +766,15 @@ def render_driver_daemonsets(
         driver=driver, image=image, openshift=False, rhcos=None, manager_image=manager_image
     )
     rendered.append(
-        _daemonset(
+        _driver_daemonset(
+            policy,
             name=DRIVER_APP,
             namespace=namespace,
             labels=labels,
             pod_labels=dict(labels),
             node_selector=base_selector,
-            containers=containers,
-            init_containers=init,
-            policy=policy,
-            owner=policy,
-            update_strategy={"type": "OnDelete"},
-            service_account="nvidia-driver",
+            pod_spec=(init, containers),
+            openshift=False,
         )
     )
     return rendered
