@@ -62,6 +62,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan im
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import (
     PROGRESS_FAILED,
+    PROGRESS_REBOOT_PENDING,
     PROGRESS_SCHEDULED,
     GenericAdapter,
     RedfishClient,
@@ -433,7 +434,12 @@ class BmcFlasher:
                 continue
             record = JobRecord(component=str(entry.get("name") or "pending update"), job_id=str(entry["id"]))
             record.observe = observe
-            record.progress = UpdateProgress(state=PROGRESS_SCHEDULED, detail="Scheduled")
+            if entry.get("state") == "RebootPending":
+                record.progress = UpdateProgress(
+                    state=PROGRESS_REBOOT_PENDING, detail="RebootPending", message=str(entry.get("message") or "")
+                )
+            else:
+                record.progress = UpdateProgress(state=PROGRESS_SCHEDULED, detail="Scheduled")
             adopted.append(record)
         self.jobs.extend(adopted)
         return adopted
@@ -607,11 +613,15 @@ def _apply_pending_first(
         )
         return flasher.plan()
     adopted = flasher.adopt_pending(pending)
-    result["reset"] = flasher.reset_host()
-    result["rebooted"] = True
-    flasher.finish_jobs(adopted, timeout=options.job_timeout + options.reboot_timeout)
-    result["host_back_after"] = round(flasher.wait_host_up(timeout=options.reboot_timeout), 3)
+    if not adopted or any(not job.progress or not job.progress.reboot_pending for job in adopted):
+        result["reset"] = flasher.reset_host()
+        result["rebooted"] = True
+        flasher.finish_jobs(adopted, timeout=options.job_timeout + options.reboot_timeout)
+        result["host_back_after"] = round(flasher.wait_host_up(timeout=options.reboot_timeout), 3)
+    # Jobs flashed by an earlier run that wait for a power cycle: a warm reset would not finish them, and flashing
+    # again would repeat what is done; power-cycle them (when allowed) or stop naming them.
     if flasher.reboot_pending():
+        result["rebooted"] = True
         result["power_cycle"] = flasher.settle_reboot_pending()
     flasher.jobs.clear()
     plan = flasher.plan()

@@ -197,14 +197,18 @@ class IdracAdapter(GenericAdapter):
         return lambda: job_progress(client.get(uri))
 
     def pending_update_jobs(self, client: RedfishClient) -> List[Dict[str, Any]]:
+        """Firmware jobs an earlier run left: scheduled for a host reset, or flashed and waiting for a power cycle."""
         pending = []
         for job in client.members(self.jobs_uri(client)):
-            if job.get("JobType") in FIRMWARE_JOB_TYPES and job.get("JobState") == "Scheduled":
+            if job.get("JobType") not in FIRMWARE_JOB_TYPES:
+                continue
+            waits_for_power = job_progress(job).reboot_pending
+            if waits_for_power or job.get("JobState") == "Scheduled":
                 pending.append(
                     {
                         "id": str(job.get("Id") or ""),
                         "name": str(job.get("Name") or ""),
-                        "state": "Scheduled",
+                        "state": "RebootPending" if waits_for_power else "Scheduled",
                         "message": str(job.get("Message") or ""),
                     }
                 )

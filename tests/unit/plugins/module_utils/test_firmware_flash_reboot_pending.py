@@ -130,3 +130,15 @@ def test_reboot_pending_is_no_end_once_the_host_was_power_cycled() -> None:
     made.jobs[0].observe = lambda: PENDING
     with pytest.raises(RedfishError, match="never done"):
         made.settle_reboot_pending()
+
+
+def test_a_job_left_waiting_for_a_power_cycle_is_adopted_as_such() -> None:
+    client = StandIn(offered=["PowerCycle"])
+    made = flasher(client, allowed=True)
+    made.jobs.clear()
+    made.adapter.job_observer = lambda _client, job_id: lambda: DONE  # type: ignore[method-assign]
+    left = [{"id": "JID_7", "name": "Firmware Update: NIC", "state": "RebootPending", "message": PENDING.message},
+            {"id": "JID_8", "name": "Firmware Update: BIOS", "state": "Scheduled", "message": ""}]  # fmt: skip
+    adopted = made.adopt_pending(left)
+    assert [job.job_id for job in made.reboot_pending()] == ["JID_7"]
+    assert adopted[1].progress is not None and not adopted[1].progress.reboot_pending

@@ -165,3 +165,31 @@ def test_task_naming_a_power_cycle_after_server_reboot_pending() -> None:
     assert task_progress(task).state == PROGRESS_REBOOT_PENDING
     assert task_progress({**task, "TaskState": "Completed"}).state == PROGRESS_REBOOT_PENDING
     assert task_progress({**task, "TaskState": "Exception"}).state == PROGRESS_FAILED
+
+
+class _JobList:
+    """The one client call pending_update_jobs makes once the Jobs URI is known."""
+
+    def __init__(self, jobs: list[dict]) -> None:
+        self.jobs = jobs
+
+    def members(self, uri: str) -> list[dict]:
+        assert uri == "/redfish/v1/Managers/iDRAC.Embedded.1/Oem/Dell/Jobs"
+        return self.jobs
+
+
+def test_jobs_left_by_an_earlier_run_include_those_waiting_for_a_power_cycle() -> None:
+    adapter = IdracAdapter()
+    adapter._jobs_uri = "/redfish/v1/Managers/iDRAC.Embedded.1/Oem/Dell/Jobs"
+    jobs = [
+        {"Id": "JID_1", "Name": "Firmware Update: NIC", "JobType": "FirmwareUpdate", "JobState": "Scheduled"},
+        {"Id": "JID_2", "Name": "Firmware Update: NIC", "JobType": "FirmwareUpdate", "JobState": "RebootPending",
+         "Message": "Job completed, server reboot pending."},
+        {"Id": "JID_3", "Name": "Firmware Update: BIOS", "JobType": "FirmwareUpdate", "JobState": "Completed",
+         "Message": "Job completed successfully."},
+        # The iDRAC's own reboot job is RebootPending while it runs: not a firmware job left behind.
+        {"Id": "RID_4", "Name": "Reboot", "JobType": "RebootNoForce", "JobState": "RebootPending",
+         "Message": "Reboot is pending."},
+    ]  # fmt: skip
+    pending = adapter.pending_update_jobs(_JobList(jobs))  # type: ignore[arg-type]
+    assert [(job["id"], job["state"]) for job in pending] == [("JID_1", "Scheduled"), ("JID_2", "RebootPending")]
