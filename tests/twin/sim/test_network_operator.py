@@ -128,6 +128,27 @@ def test_mofed_image_round_trips_the_version() -> None:
     assert netop.mofed_version_of_image(image) == "24.07-0.6.1.0"
 
 
+async def reload_to_new_mofed(c: PlatformCluster, node: str) -> None:
+    """Once the node's MOFED pod runs: the policy names NEW_MOFED, and the node's pod is deleted (OnDelete)."""
+    await c.wait_until(
+        lambda: (c.mofed_pods().get(node, {}).get("status") or {}).get("phase") == "Running",
+        sim_seconds=900,
+        what="MOFED ready",
+    )
+    patch_ofed(c, lambda ofed: ofed.update(version=NEW_MOFED))
+    await asyncio.sleep(0.05)  # the operator renders the new template
+    c.store.delete(c.kinds.pod, netop.NAMESPACE, c.mofed_pods()[node]["metadata"]["name"])
+
+
+def new_mofed_restarts(c: PlatformCluster, node: str) -> int:
+    """Restarts of the node's MOFED pod once it runs NEW_MOFED (0 before)."""
+    pod = c.mofed_pods().get(node)
+    if pod is None or netop.mofed_version_of_pod(pod) != NEW_MOFED:
+        return 0
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return max((s.get("restartCount", 0) for s in statuses), default=0)
+
+
 def test_openshift_renders_one_mofed_daemonset_per_rhcos() -> None:
     policy = netop.default_nic_cluster_policy(release=netop.NetworkOperatorRelease(), mofed_version="24.07-0.6.1.0")
     policy["metadata"]["uid"] = "u1"
@@ -214,23 +235,8 @@ def test_mofed_without_a_build_for_the_kernel_crash_loops_and_keeps_the_network_
     cluster.sim.mofed_builds[NEW_MOFED] = {"5.15.0-1-other"}
 
     async def scenario(c: PlatformCluster) -> None:
-        await c.wait_until(
-            lambda: (c.mofed_pods().get(target, {}).get("status") or {}).get("phase") == "Running",
-            sim_seconds=900,
-            what="MOFED ready",
-        )
-        patch_ofed(c, lambda ofed: ofed.update(version=NEW_MOFED))
-        await asyncio.sleep(0.05)  # the operator renders the new template
-        c.store.delete(c.kinds.pod, netop.NAMESPACE, c.mofed_pods()[target]["metadata"]["name"])
-
-        def crash_looping() -> bool:
-            pod = c.mofed_pods().get(target)
-            if pod is None or netop.mofed_version_of_pod(pod) != NEW_MOFED:
-                return False
-            statuses = (pod.get("status") or {}).get("containerStatuses") or []
-            return any(s.get("restartCount", 0) >= 1 for s in statuses)
-
-        await c.wait_until(crash_looping, sim_seconds=900, what="crash loop")
+        await reload_to_new_mofed(c, target)
+        await c.wait_until(lambda: new_mofed_restarts(c, target) >= 1, sim_seconds=900, what="crash loop")
         assert not c.sim.nodes[target].secondary_network_up
         assert c.sim.nodes[target].mofed_version is None
 
@@ -247,23 +253,8 @@ def test_storage_modules_without_unload_crash_loop_until_the_policy_unloads_them
     cluster.store.mutate(cluster.kinds.node, None, target, label)
 
     async def scenario(c: PlatformCluster) -> None:
-        await c.wait_until(
-            lambda: (c.mofed_pods().get(target, {}).get("status") or {}).get("phase") == "Running",
-            sim_seconds=900,
-            what="MOFED ready",
-        )
-        patch_ofed(c, lambda ofed: ofed.update(version=NEW_MOFED))
-        await asyncio.sleep(0.05)  # the operator renders the new template
-        c.store.delete(c.kinds.pod, netop.NAMESPACE, c.mofed_pods()[target]["metadata"]["name"])
-
-        def restarts() -> int:
-            pod = c.mofed_pods().get(target)
-            if pod is None or netop.mofed_version_of_pod(pod) != NEW_MOFED:
-                return 0
-            statuses = (pod.get("status") or {}).get("containerStatuses") or []
-            return max((s.get("restartCount", 0) for s in statuses), default=0)
-
-        await c.wait_until(lambda: restarts() >= 1, sim_seconds=1800, what="crash loop")
+        await reload_to_new_mofed(c, target)
+        await c.wait_until(lambda: new_mofed_restarts(c, target) >= 1, sim_seconds=1800, what="crash loop")
         pod = c.mofed_pods()[target]
         assert "UNLOAD_STORAGE_MODULES" in json.dumps(pod["status"]), pod["status"]
         assert not c.sim.nodes[target].secondary_network_up
