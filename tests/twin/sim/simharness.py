@@ -11,6 +11,7 @@ covers minutes of simulated time in a fraction of a real second.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from gpufleet_twin.machinery.clock import SimClock
 from gpufleet_twin.machinery.kinds import Kinds
 from gpufleet_twin.machinery.registry import Registry
 from gpufleet_twin.machinery.store import Store
+from gpufleet_twin.process import TwinProcess
 
 Obj = dict[str, Any]
 START = 1_760_000_000.0
@@ -153,3 +155,24 @@ def run_scenario(scenario: Callable[[SimCluster], Awaitable[None]], **cluster_op
             await cluster.twin.stop_controllers()
 
     asyncio.run(main())
+
+
+def kubectl_run(
+    twin: TwinProcess, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run the real kubectl against a served twin; with ``check``, a non-zero exit fails the test with its stderr."""
+    # A discovery cache of this twin's own: twins reuse ports, and ~/.kube/cache would answer with an earlier
+    # twin's API groups (an --argocd twin's Application kind then "not found").
+    env = dict(twin.env(), KUBECACHEDIR=str(twin.kubeconfig.parent / "kube-cache"))
+    out = subprocess.run(
+        ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=30,
+        env=env,
+    )
+    if check:
+        assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
+    return out

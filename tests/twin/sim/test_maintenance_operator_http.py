@@ -9,10 +9,10 @@ exist, and ``kubectl delete`` uncordoning the node.  Waits advance the twin's cl
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable, Iterator
 
 import pytest
+from simharness import kubectl_run as kubectl
 
 from gpufleet_twin.process import TwinProcess, start_twin
 
@@ -54,22 +54,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinProcess]:
     )
     yield twin
     assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
-
-
-def kubectl(twin: TwinProcess, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(twin.env(), KUBECACHEDIR=str(twin.kubeconfig.parent / "kube-cache"))
-    out = subprocess.run(
-        ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=30,
-        env=env,
-    )
-    if check:
-        assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-    return out
 
 
 def advance_until(twin: TwinProcess, check: Callable[[], bool], *, what: str, sim_seconds: float) -> None:

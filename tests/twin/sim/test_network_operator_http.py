@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from simharness import kubectl_run
 from test_network_operator import PlatformCluster, make_platform_cluster
 
 from gpufleet_twin.operators import network_operator as netop
@@ -37,20 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinProcess]:
 
 
 def kubectl(twin: TwinProcess, *args: str, stdin: str | None = None) -> str:
-    # A discovery cache of this twin's own: twins reuse ports, and ~/.kube/cache would answer with an earlier
-    # twin's API groups (an --argocd twin's Application kind then "not found").
-    env = dict(twin.env(), KUBECACHEDIR=str(twin.kubeconfig.parent / "kube-cache"))
-    out = subprocess.run(
-        ["kubectl", "--kubeconfig", str(twin.kubeconfig), *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=30,
-        env=env,
-    )
-    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-    return out.stdout
+    return kubectl_run(twin, *args, stdin=stdin).stdout
 
 
 def get(twin: TwinProcess, *args: str) -> Obj:
