@@ -512,15 +512,7 @@ class MaintenanceOperator:
         events = getattr(self.twin.sim, "events", None)
         if events is None:
             return
-        meta = nm["metadata"]
-        involved = {
-            "apiVersion": API_VERSION,
-            "kind": "NodeMaintenance",
-            "namespace": meta["namespace"],
-            "name": meta["name"],
-            "uid": meta.get("uid", ""),
-        }
-        events.record(involved, reason="ConditionChanged", message=reason, component=component)
+        events.record(nm, reason="ConditionChanged", message=reason, component=component)
 
     def admit(self, operation: str, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
         """The validating webhook: a NodeMaintenance must name an existing node when it is created."""
