@@ -51,11 +51,13 @@ def run_module(
 
 
 def mofed_versions(twin: TwinProcess) -> dict[str, str]:
+    """The MOFED version each node's pod runs. A pod the DaemonSet controller has just created and the scheduler not
+    yet bound (no spec.nodeName) runs nowhere yet, so it is left out, as is a pod being deleted."""
     pods = get_json(twin, "pods", "-n", NAMESPACE, "-l", "nvidia.com/ofed-driver")["items"]
     return {
         p["spec"]["nodeName"]: p["spec"]["containers"][0]["image"].rsplit(":", 1)[1].rsplit("-", 2)[0]
         for p in pods
-        if not p["metadata"].get("deletionTimestamp")
+        if not p["metadata"].get("deletionTimestamp") and p["spec"].get("nodeName")
     }
 
 
