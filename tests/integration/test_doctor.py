@@ -103,7 +103,12 @@ def stuck_twin(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("doctor")
     # No seeded workloads: the pinned pods below must find their node's GPUs free.
     scenario = tmp_path / "scenario.yaml"
-    scenario.write_text(yaml.safe_dump({"nodes": 8, "profile": "openshift", "workloads": False}))
+    # The doctor tells how long a node is stuck from the controller's state Events, which the API server keeps for
+    # an hour by default: 6 real seconds at 600x, less than a loaded machine can take between the nodes getting stuck
+    # and a test's diagnosis. A week here (17 real minutes), as a cluster with --event-ttl=168h keeps them.
+    scenario.write_text(
+        yaml.safe_dump({"nodes": 8, "profile": "openshift", "workloads": False, "event_ttl_seconds": 7 * 24 * 3600})
+    )
     twin = start_twin(nodes=8, profile="openshift", time_scale=600, workdir=tmp_path / "twin", scenario=scenario)
     try:
         settled_policy(twin, timeout=120)

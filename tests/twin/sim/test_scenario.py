@@ -61,6 +61,8 @@ def test_scenario_file_round_trip(tmp_path: Path) -> None:
         ("- just\n- a list\n", "expected a mapping"),
         ("argocd: {poll: 30}\n", "argocd: unknown keys \\['poll'\\]"),
         ("argocd: yes please\n", "argocd is true, false or a mapping"),
+        ("event_ttl_seconds: 0\n", "event_ttl_seconds must be a positive number"),
+        ("event_ttl_seconds: 1h\n", "event_ttl_seconds must be a positive number"),
         ("faults:\n  - type: argocd_sync_stalls\n    mode: forever\n", "mode must be one of sync, controller"),
     ],
 )
@@ -137,6 +139,22 @@ def test_populate_builds_the_cluster_from_options_and_scenario(tmp_path: Path) -
         assert podutil.is_node_ready(twin.store.get(kinds.node, None, "gpu-worker-001"))
 
     asyncio.run(check())
+
+
+@pytest.mark.parametrize("ttl, kept", [(None, False), (86400, True)])
+def test_event_ttl_is_the_api_servers_hour_unless_the_scenario_sets_it(tmp_path: Path, ttl, kept) -> None:
+    """kube-apiserver --event-ttl: an hour by default (6 real seconds at 600x), longer when the scenario says."""
+    path = tmp_path / "ttl.yaml"
+    path.write_text(yaml.safe_dump({"workloads": False, **({"event_ttl_seconds": ttl} if ttl else {})}))
+    twin = create_twin()
+    populate(twin, {"nodes": 1, "profile": "kubernetes", "scenario": str(path), "from_snapshot": None})
+    kinds = Kinds.from_registry(twin.registry)
+    node = twin.store.get(kinds.node, None, "gpu-worker-001")
+    twin.sim.events.record(node, reason="Old", message="x", component="test")
+    twin.clock.advance(2 * 3600)
+    twin.sim.events.record(node, reason="Fresh", message="y", component="test")
+    reasons = {e["reason"] for e in twin.store.list(kinds.event)}
+    assert ("Old" in reasons) is kept and "Fresh" in reasons
 
 
 def test_distributed_training_is_opt_in_by_scenario_key_or_option(tmp_path: Path) -> None:

@@ -228,7 +228,7 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
     if profile != "openshift":
         drop_openshift_only_apis(twin)
     kinds = Kinds.from_registry(twin.registry)
-    sim.events = EventRecorder(twin.store, kinds.event, twin.clock)
+    sim.events = EventRecorder(twin.store, kinds.event, twin.clock, ttl_seconds=scenario.event_ttl_seconds)
     if snapshot_dir:
         loaded = load_snapshot(twin, sim, Path(snapshot_dir), profile=profile)
         twin.published["snapshot"] = loaded.summary()
