@@ -48,6 +48,7 @@ from typing import Any
 
 import yaml
 
+from ..kube.events import DEFAULT_EVENT_TTL_SECONDS
 from .faults import validate_fault
 from .seed import PROFILES, SeedSpec
 
@@ -100,7 +101,7 @@ class Scenario:
     maintenance_operator: Obj | None = None
     cordoned: list[str] = field(default_factory=list)
     # kube-apiserver's --event-ttl (default one hour): at 600 times the wall clock that is 6 real seconds.
-    event_ttl_seconds: float = 3600.0
+    event_ttl_seconds: float = DEFAULT_EVENT_TTL_SECONDS
     driver_builds: dict[str, list[str]] = field(default_factory=dict)
     faults: list[Obj] = field(default_factory=list)
     description: str = ""
@@ -173,7 +174,7 @@ def parse_scenario(data: Any, *, source: str = "scenario") -> Scenario:
     cordoned = data.get("cordoned") or []
     if not isinstance(cordoned, list):
         raise ScenarioError(f"{source}: cordoned must be a list of node names")
-    ttl = data.get("event_ttl_seconds", 3600.0)
+    ttl = data.get("event_ttl_seconds", DEFAULT_EVENT_TTL_SECONDS)
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
         raise ScenarioError(f"{source}: event_ttl_seconds must be a positive number of seconds, got {ttl!r}")
     return Scenario(

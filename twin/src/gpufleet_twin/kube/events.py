@@ -61,6 +61,10 @@ def kubelet_node_reference(node_name: str) -> Obj:
     return {"kind": "Node", "name": node_name, "uid": node_name}
 
 
+# kube-apiserver's --event-ttl default: one hour.
+DEFAULT_EVENT_TTL_SECONDS = 3600.0
+
+
 class EventRecorder:
     def __init__(
         self,
@@ -68,7 +72,7 @@ class EventRecorder:
         event_type: ResourceType,
         clock: SimClock,
         *,
-        ttl_seconds: float = 3600.0,
+        ttl_seconds: float = DEFAULT_EVENT_TTL_SECONDS,
         max_events: int = 50_000,
     ) -> None:
         self._store = store
