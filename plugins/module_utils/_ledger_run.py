@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import check_cluster_name
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease_run import lease_settings, take_or_release
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
     RunRequest,
     append_cluster_entry,
@@ -124,11 +125,17 @@ def ledger_action(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[s
             sample_size=params["sample_size"],
             sample_free_gpus=params["sample_free_gpus"],
         )
-        result = plan_run(request, api=api)
-        result["api_requests"] = api.requests_sent
-        return dict(result, changed=False)
+        lease = params.get("lease")
+        if not lease:
+            result = plan_run(request, api=api)
+            result["api_requests"] = api.requests_sent
+            return dict(result, changed=False)
+        return plan_holding_the_lease(request, params, api, check_mode=check_mode)
     if action == "record":
-        return record(params, api, check_mode=check_mode, warn=warn)
+        recorded = record(params, api, check_mode=check_mode, warn=warn)
+        if params.get("lease"):
+            recorded["lease_released"] = release_after_recording(params, check_mode=check_mode, warn=warn)
+        return recorded
     if action == "sample":
         chosen = sample_nodes_now(
             api,
@@ -143,6 +150,48 @@ def ledger_action(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[s
         read_file_ledger(params["ledger_file"] or ""),
     )
     return {"changed": False, "entries": entries}
+
+
+def plan_holding_the_lease(
+    request: RunRequest, params: Dict[str, Any], api: KubeApi, *, check_mode: bool
+) -> Dict[str, Any]:
+    """Take the stage Lease (refused before any change while another run's is valid), then plan holding it.
+
+    roles/upgrade planned once before taking it; another run that held it meanwhile may have recorded a stage since,
+    which this plan sees. When planning fails once the Lease is held, the failure carries ``held`` so that the role
+    gives the Lease up."""
+    lease = params["lease"]
+    taken = take_or_release(
+        params,
+        lease_settings(lease["namespace"], lease),
+        state="present",
+        keep_for=lease["keep_renewed_for"],
+        check_mode=check_mode,
+    )
+    held = {"held": taken["held"], "lease": taken}
+    try:
+        result = plan_run(request, api=api)
+    except GpuFleetError as err:
+        err.result.update(held)
+        raise
+    result.update(held, api_requests=api.requests_sent + taken["api_requests"])
+    return dict(result, changed=taken["changed"])
+
+
+def release_after_recording(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[str], None]) -> bool:
+    """Give the stage Lease up once the run is recorded; True when it was this run's and is given up.
+
+    A release that fails is a warning, not a failed record: the entry is written, and roles/upgrade releases the
+    Lease again when this did not (its task fails the run if the Lease still cannot be given up)."""
+    lease = params["lease"]
+    try:
+        released = take_or_release(
+            params, lease_settings(lease["namespace"], lease), state="absent", keep_for=0, check_mode=check_mode
+        )
+    except GpuFleetError as err:
+        warn(f"The run is recorded, but the stage Lease was not given up yet: {err.msg}")
+        return False
+    return bool(released["changed"]) and not check_mode
 
 
 def work_on_ledger(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[str], None]) -> Dict[str, Any]:

@@ -19,11 +19,15 @@ description:
   - Outcomes C(failed), C(refused), C(drift) and C(unreachable) make the fleet fail (RV(failed_clusters)).
   - The Kubernetes connection options are accepted so that one C(module_defaults) block for
     C(group/gpufleet.upgrade.k8s) serves every module of the collection; this module does not connect anywhere.
+  - It runs in the controller (an action plugin), where the hosts' results are and its files are written.
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 attributes:
+  action:
+    support: full
+    description: The work is done by the action plugin of the same name, in the controller.
   check_mode:
     support: full
     description: Builds the summary and says whether its files would change; writes nothing.
@@ -116,109 +120,3 @@ files:
   sample: {json: results/fleet-summary-audit.json, markdown: results/fleet-summary-audit.md,
            html: results/fleet-summary-audit.html}
 """
-
-import json
-import os
-
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import (
-    build_summary,
-    render_html,
-    render_markdown,
-    summary_file_names,
-)
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_html import HAS_JINJA2
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
-
-
-def argument_spec():
-    spec = k8s_auth_argument_spec()
-    spec.update(
-        run={"type": "str", "required": True},
-        results={"type": "list", "elements": "dict", "default": []},
-        summary_files={"type": "list", "elements": "path", "default": []},
-        summaries={"type": "list", "elements": "dict", "default": []},
-        dest={"type": "path"},
-        actor={"type": "str", "default": ""},
-    )
-    return spec
-
-
-def read_summary_file(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as err:
-        raise InvalidInputError(f"Cannot read the fleet summary {path}: {err}") from err
-
-
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def summarise(module):
-    params = module.params
-    summaries = [read_summary_file(path) for path in params["summary_files"]] + list(params["summaries"])
-    summary = build_summary(
-        run=params["run"],
-        results=params["results"],
-        summaries=summaries,
-        actor=params["actor"],
-        generated_at=iso(utc_now()),
-    )
-    result = {"changed": False, "summary": summary, "failed_clusters": summary["failed_clusters"], "files": {}}
-    if not params["dest"]:
-        return result
-    texts = {
-        "json": json.dumps(summary, indent=2, sort_keys=True) + "\n",
-        "markdown": render_markdown(summary),
-    }
-    if HAS_JINJA2:
-        texts["html"] = render_html(summary)
-    for kind, name in summary_file_names(params["run"]).items():
-        if kind not in texts:
-            continue
-        path = os.path.join(params["dest"], name)
-        result["files"][kind] = path
-        # The time it was generated always differs: compare without it.
-        if _without_time(read_text(path), kind) == _without_time(texts[kind], kind):
-            continue
-        result["changed"] = True
-        if not module.check_mode:
-            try:
-                write_text_atomically(path, texts[kind])
-            except OSError as err:
-                raise InvalidInputError(f"Cannot write the fleet summary to {path}: {err}") from err
-    return result
-
-
-def _without_time(text, kind):
-    if text is None:
-        return None
-    if kind == "json":
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return text
-        if isinstance(data, dict):
-            data.pop("generated_at", None)
-        return data
-    return "\n".join(line for line in text.splitlines() if not line.startswith("Generated "))
-
-
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    run_module(module, lambda: summarise(module), failure="Failed to summarise the fleet")
-
-
-if __name__ == "__main__":
-    main()

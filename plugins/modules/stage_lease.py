@@ -130,19 +130,8 @@ api_requests:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
-    KubeApi,
-    forget_inherited_credential_files,
-    k8s_auth_argument_spec,
-    missing_libraries,
-)
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease import (
-    LeaseSettings,
-    StageLease,
-    keep_renewed,
-    run_stage_lease,
-    start_keeper,
-)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec, missing_libraries
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease_run import lease_settings, take_or_release
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
 
 
@@ -159,42 +148,19 @@ def argument_spec():
     return spec
 
 
-def take_or_release(module):
-    params = module.params
-    settings = LeaseSettings(
-        namespace=params["namespace"],
-        name=params["name"],
-        holder=params["holder"],
-        duration_seconds=params["duration"],
-    )
-    # This module manages the Lease itself: it does not renew one handed over in the environment.
-    api = KubeApi.from_params(params, keep_stage_lease=False)
-    result = run_stage_lease(api, settings=settings, state=params["state"], check_mode=module.check_mode)
-    if params["state"] == "present":
-        keep_for = params["keep_renewed_for"]
-        held = result["held"] and keep_for > 0
-        result["keeper_pid"] = start_keeper(lambda: keep(params, settings, keep_for=keep_for)) if held else 0
-    return result
-
-
-def keep(params, settings, *, keep_for):
-    """The keeper's work, in the child: a client of its own (no connection or certificate file shared with the
-    module, which exits), renewing until the stage ends."""
-    delete_credential_files = forget_inherited_credential_files()
-    try:
-        api = KubeApi.from_params(params, keep_stage_lease=False)
-        return keep_renewed(StageLease(api, settings), keep_for=keep_for)
-    finally:
-        delete_credential_files()
-
-
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
     verb = "take" if params["state"] == "present" else "release"
     run_module(
         module,
-        lambda: take_or_release(module),
+        lambda: take_or_release(
+            params,
+            lease_settings(params["namespace"], params),
+            state=params["state"],
+            keep_for=params["keep_renewed_for"],
+            check_mode=module.check_mode,
+        ),
         failure=f"Failed to {verb} the stage Lease {params['namespace']}/{params['name']}",
         missing=missing_libraries(),
     )

@@ -24,6 +24,10 @@ description:
   - A run that resumes failed runs of the same stage of the same change (the ledger's earlier entries) records them in
     C(resumed_runs); the reports show the runs as one campaign.
   - Every time the entry and its reports hold is the cluster's (the API server's C(Date) header).
+  - With O(action=plan) and O(lease), it first takes the stage Lease (as M(gpufleet.upgrade.stage_lease) with
+    O(gpufleet.upgrade.stage_lease#module:state=present)) and then plans holding it, in one module run: roles/upgrade
+    plans once before the Lease (to refuse before any write) and once holding it (another run may have recorded a
+    stage meanwhile). With O(action=record) and O(lease), it gives the Lease up once the entry is recorded.
   - With O(action=read) it returns the merged ledger.
   - With O(action=sample) it picks O(sample_size) GPU nodes to validate after a fleet-wide change, spread over the
     node names and preferring nodes with O(sample_free_gpus) free GPUs now (a rollout moves workloads around).
@@ -135,6 +139,36 @@ options:
         the report and in its file name. Letters, digits, C(.), C(_) and C(-).
     type: str
     default: ""
+  lease:
+    description:
+      - The stage Lease. With O(action=plan), taken before planning, refused before any change while another run's
+        Lease is valid; with O(action=record), given up after recording (when this run holds it). Other actions
+        ignore it. In check mode it is only checked (plan) or left alone (record).
+    type: dict
+    suboptions:
+      namespace:
+        description: Namespace of the Lease.
+        type: str
+        required: true
+      name:
+        description: Name of the Lease.
+        type: str
+        default: gpufleet-upgrade
+      holder:
+        description: Identity of this run (C(holderIdentity)), unique per run.
+        type: str
+        required: true
+      duration:
+        description: Seconds (on the API server's clock) the Lease stays valid after its last renewal.
+        type: int
+        default: 300
+      keep_renewed_for:
+        description:
+          - With O(action=plan), once the Lease is held, a process stays behind and renews it for this many seconds
+            (M(gpufleet.upgrade.stage_lease)'s O(gpufleet.upgrade.stage_lease#module:keep_renewed_for)). C(0) starts
+            none.
+        type: int
+        default: 0
 requirements:
   - kubernetes >= 24.2.0
   - PyYAML
@@ -176,6 +210,20 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+held:
+  description: Whether this run holds the stage Lease after O(action=plan) with O(lease) (false in check mode).
+  returned: action=plan with lease
+  type: bool
+lease:
+  description:
+    - With O(action=plan) and O(lease), M(gpufleet.upgrade.stage_lease)'s result of taking it (C(decision),
+      C(lease), C(keeper_pid), C(changed)), also when the planning after it failed.
+  returned: action=plan with lease
+  type: dict
+lease_released:
+  description: Whether O(action=record) gave the stage Lease up (false when it was not this run's, or in check mode).
+  returned: action=record with lease
+  type: bool
 decision:
   description: What the stage may do (C(run), C(noop) or C(refuse)), why, and the bake status.
   returned: action=plan
@@ -303,6 +351,16 @@ def argument_spec():
         record_in_cluster={"type": "bool", "default": True},
         report_dir={"type": "path"},
         cluster_name={"type": "str", "default": ""},
+        lease={
+            "type": "dict",
+            "options": {
+                "namespace": {"type": "str", "required": True},
+                "name": {"type": "str", "default": "gpufleet-upgrade"},
+                "holder": {"type": "str", "required": True},
+                "duration": {"type": "int", "default": 300},
+                "keep_renewed_for": {"type": "int", "default": 0},
+            },
+        },
     )
     return spec
 

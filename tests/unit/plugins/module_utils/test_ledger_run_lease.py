@@ -1,0 +1,68 @@
+"""upgrade_ledger with the stage Lease: plan holding it (a failed plan still says the Lease is held, so the role
+gives it up), and record then give it up (a release that fails warns and leaves the role's own release to run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpufleet.upgrade.plugins.module_utils import _ledger_run
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError, KubeApiError
+
+LEASE = {"namespace": "gpu-operator", "name": "gpufleet-upgrade", "holder": "me, run 1", "duration": 300,
+         "keep_renewed_for": 60}  # fmt: skip
+
+
+class Api:
+    requests_sent = 3
+
+
+def taken(calls, *, changed=True, held=True, fails=None):
+    def take_or_release(params, settings, *, state, keep_for, check_mode):
+        calls.append((state, settings.holder, keep_for, check_mode))
+        if fails:
+            raise fails
+        return {"held": held and state == "present" and not check_mode, "changed": changed, "api_requests": 2}
+
+    return take_or_release
+
+
+def test_the_lease_is_taken_before_planning_and_its_result_comes_with_the_plan(monkeypatch):
+    calls, planned = [], []
+    monkeypatch.setattr(_ledger_run, "take_or_release", taken(calls))
+    monkeypatch.setattr(_ledger_run, "plan_run", lambda request, api: planned.append(calls[:]) or {"decision": {}})
+    result = _ledger_run.plan_holding_the_lease(None, {"lease": LEASE}, Api(), check_mode=False)
+    assert planned == [[("present", "me, run 1", 60, False)]]  # taken first, then planned
+    assert (result["held"], result["changed"], result["api_requests"]) == (True, True, 5)
+
+
+def test_a_plan_that_fails_once_the_lease_is_held_says_so(monkeypatch):
+    monkeypatch.setattr(_ledger_run, "take_or_release", taken([]))
+
+    def plan_run(request, api):
+        raise GpuFleetError("Cannot read the matrix")
+
+    monkeypatch.setattr(_ledger_run, "plan_run", plan_run)
+    with pytest.raises(GpuFleetError) as failed:
+        _ledger_run.plan_holding_the_lease(None, {"lease": LEASE}, Api(), check_mode=False)
+    assert failed.value.result["held"] is True and failed.value.msg == "Cannot read the matrix"
+
+
+def test_a_lease_another_run_holds_is_refused_before_planning(monkeypatch):
+    refused = GpuFleetError("Refused before any change: Another run holds the Lease: bob, for 12s")
+    monkeypatch.setattr(_ledger_run, "take_or_release", taken([], fails=refused))
+    monkeypatch.setattr(_ledger_run, "plan_run", lambda request, api: pytest.fail("planned without the Lease"))
+    with pytest.raises(GpuFleetError, match="Another run holds the Lease: bob"):
+        _ledger_run.plan_holding_the_lease(None, {"lease": LEASE}, Api(), check_mode=False)
+
+
+def test_recording_gives_the_lease_up_and_a_release_that_fails_only_warns(monkeypatch):
+    calls, warnings = [], []
+    monkeypatch.setattr(_ledger_run, "take_or_release", taken(calls))
+    assert _ledger_run.release_after_recording({"lease": LEASE}, check_mode=False, warn=warnings.append) is True
+    assert calls == [("absent", "me, run 1", 0, False)] and warnings == []
+    monkeypatch.setattr(_ledger_run, "take_or_release", taken([], changed=False))
+    assert _ledger_run.release_after_recording({"lease": LEASE}, check_mode=False, warn=warnings.append) is False
+    down = KubeApiError("503 Service Unavailable", status=503)
+    monkeypatch.setattr(_ledger_run, "take_or_release", taken([], fails=down))
+    assert _ledger_run.release_after_recording({"lease": LEASE}, check_mode=False, warn=warnings.append) is False
+    assert warnings == ["The run is recorded, but the stage Lease was not given up yet: 503 Service Unavailable"]
