@@ -25,7 +25,7 @@ description:
     C(resumed_runs); the reports show the runs as one campaign.
   - Every time the entry and its reports hold is the cluster's (the API server's C(Date) header).
   - With O(action=plan) and O(lease), it first takes the stage Lease (as M(gpufleet.upgrade.stage_lease) with
-    O(gpufleet.upgrade.stage_lease#module:state=present)) and then plans holding it, in one module run: roles/upgrade
+    O(gpufleet.upgrade.stage_lease#module:state=present)) and then plans holding it, in one module run. roles/upgrade
     plans once before the Lease (to refuse before any write) and once holding it (another run may have recorded a
     stage meanwhile). With O(action=record) and O(lease), it gives the Lease up once the entry is recorded.
   - With O(action=read) it returns the merged ledger.
