@@ -28,6 +28,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
     sample_nodes_now,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import write_text_atomically
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permission_check import (
+    PermissionRequest,
+    check_permissions,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._permissions import COMPONENT_STEPS
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report import (
     halted_diagnosis,
     render_report,
@@ -125,12 +130,13 @@ def ledger_action(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[s
             sample_size=params["sample_size"],
             sample_free_gpus=params["sample_free_gpus"],
         )
-        lease = params.get("lease")
-        if not lease:
-            result = plan_run(request, api=api)
-            result["api_requests"] = api.requests_sent
-            return dict(result, changed=False)
-        return plan_holding_the_lease(request, params, api, check_mode=check_mode)
+        if params.get("lease"):
+            return plan_holding_the_lease(request, params, api, check_mode=check_mode)
+        result = plan_run(request, api=api)
+        if params.get("permissions") is not None:
+            result["permissions"] = permissions_for_the_plan(result, params, api)
+        result["api_requests"] = api.requests_sent
+        return dict(result, changed=False)
     if action == "record":
         recorded = record(params, api, check_mode=check_mode, warn=warn)
         if params.get("lease"):
@@ -150,6 +156,30 @@ def ledger_action(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[s
         read_file_ledger(params["ledger_file"] or ""),
     )
     return {"changed": False, "entries": entries}
+
+
+def permissions_for_the_plan(plan: Dict[str, Any], params: Dict[str, Any], api: KubeApi) -> Dict[str, Any]:
+    """Whether the credentials may do everything the planned stage will do (permission_check's answer).
+
+    Asked only when the stage will run and its group is in the permission table (a group of the user's own role
+    is not). Missing permissions, or a check that could not be done, come back as ``failed`` with the message
+    permission_check would fail with: the plan itself stands, and roles/upgrade refuses the run before any write.
+    """
+    group = str(plan.get("group") or "")
+    if (plan.get("decision") or {}).get("action") != "run" or group not in COMPONENT_STEPS:
+        return {"checked": 0, "missing": [], "skipped": True}
+    asked = params["permissions"]
+    request = PermissionRequest(
+        playbook="upgrade",
+        stage=params["stage"],
+        group=group,
+        features=tuple(asked.get("features") or ()),
+        namespaces=dict(asked.get("namespaces") or {}, ledger=str(plan.get("namespace") or "")),
+    )
+    try:
+        return check_permissions(api, request)
+    except GpuFleetError as err:
+        return dict(err.result, failed=True, msg=f"Failed to confirm the permissions of upgrade.yml: {err.msg}")
 
 
 def plan_holding_the_lease(

@@ -139,6 +139,25 @@ options:
         the report and in its file name. Letters, digits, C(.), C(_) and C(-).
     type: str
     default: ""
+  permissions:
+    description:
+      - With O(action=plan), also ask whether the credentials may do everything the planned stage will do (as
+        M(gpufleet.upgrade.permission_check) with O(gpufleet.upgrade.permission_check#module:playbook=upgrade)), when
+        it will run and its group is in the permission table. The answer is RV(permissions); the plan stands either
+        way, and roles/upgrade refuses the run before any write when permissions are missing.
+    type: dict
+    suboptions:
+      features:
+        description: What the stage will do besides the group's steps (M(gpufleet.upgrade.permission_check)'s features).
+        type: list
+        elements: str
+        default: []
+      namespaces:
+        description:
+          - Namespaces of the table's keys (C(gpu_operator), C(network_operator), C(sriov_operator)); C(ledger) is the
+            plan's namespace.
+        type: dict
+        default: {}
   lease:
     description:
       - The stage Lease. With O(action=plan), taken before planning, refused before any change while another run's
@@ -220,6 +239,14 @@ lease:
       C(lease), C(keeper_pid), C(changed)), also when the planning after it failed.
   returned: action=plan with lease
   type: dict
+permissions:
+  description:
+    - With O(action=plan) and O(permissions), M(gpufleet.upgrade.permission_check)'s answer (C(steps), C(checked),
+      C(missing)); C(failed) and C(msg) when permissions are missing or could not be checked, C(skipped) when the stage
+      will not run or its group is not in the table.
+  returned: action=plan with permissions
+  type: dict
+  sample: {checked: 41, missing: [], steps: [upgrade_ledger, upgrade_lease]}
 lease_released:
   description: Whether O(action=record) gave the stage Lease up (false when it was not this run's, or in check mode).
   returned: action=record with lease
@@ -351,6 +378,13 @@ def argument_spec():
         record_in_cluster={"type": "bool", "default": True},
         report_dir={"type": "path"},
         cluster_name={"type": "str", "default": ""},
+        permissions={
+            "type": "dict",
+            "options": {
+                "features": {"type": "list", "elements": "str", "default": []},
+                "namespaces": {"type": "dict", "default": {}},
+            },
+        },
         lease={
             "type": "dict",
             "options": {

@@ -54,6 +54,12 @@ def kubectl_as(twin, token: str, *args: str, stdin: str | None = None) -> subpro
     return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60, check=False)
 
 
+def access_reviews(twin) -> int:
+    """SelfSubjectAccessReviews the twin answered since its report was last reset: the permission preflight's."""
+    served = twin.report()["requests"]["by_verb_resource"]
+    return sum(count for key, count in served.items() if key.startswith("create selfsubjectaccessreviews"))
+
+
 def stage_as(twin, workspace: pathlib.Path, stage: str, token: str, **extra) -> PlaybookRun:
     """playbooks/upgrade.yml as test_upgrade_flow runs it, with the account's token."""
     return flow(twin, workspace, stage, environment=account_env(twin, token), **extra)
@@ -252,8 +258,10 @@ def test_gpu_operator_canary_refused_without_one_rule_then_succeeds_with_the_shi
     # The preflight runs in check mode too and passes; the check-mode canary goes on as far as check mode can
     # (its driver step needs the canary label, which check mode does not write) and writes nothing.
     assert (
-        "TASK [gpufleet.upgrade.upgrade : Check the credentials may do everything this stage will do]" in check.output
+        "TASK [gpufleet.upgrade.upgrade : Decide what this run may do, and whether the credentials may do all of it]"
+        in check.output
     )
+    assert access_reviews(twin) > 0, "the preflight asked nothing in check mode"
     assert "the credentials lack" not in check.output, check.output[-4000:]
     assert writes(twin) == {}
 
@@ -368,7 +376,8 @@ def test_one_inventory_gives_each_playbook_its_accounts_token(fresh_twin, worksp
         },
         check=True,
     )
-    assert "Check the credentials may do everything this stage will do" in check.output, check.output[-4000:]
+    assert "Decide what this run may do, and whether the credentials may do all of it" in check.output
+    assert access_reviews(twin) > 0, "the preflight asked nothing in check mode"
     assert "the credentials lack" not in check.output, check.output[-4000:]
     assert writes(twin) == {}
 

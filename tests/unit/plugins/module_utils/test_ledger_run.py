@@ -1,5 +1,7 @@
-"""upgrade_ledger with the stage Lease: plan holding it (a failed plan still says the Lease is held, so the role
-gives it up), and record then give it up (a release that fails warns and leaves the role's own release to run)."""
+"""upgrade_ledger's work around the plan: the permissions asked with it (for a run of a group in the table; missing
+ones come back as a refusal, not a failed plan), the stage Lease taken before planning again (a failed plan still
+says the Lease is held, so the role gives it up), and the Lease given up after recording (a release that fails
+warns and leaves the role's own release to run)."""
 
 from __future__ import annotations
 
@@ -66,3 +68,44 @@ def test_recording_gives_the_lease_up_and_a_release_that_fails_only_warns(monkey
     monkeypatch.setattr(_ledger_run, "take_or_release", taken([], fails=down))
     assert _ledger_run.release_after_recording({"lease": LEASE}, check_mode=False, warn=warnings.append) is False
     assert warnings == ["The run is recorded, but the stage Lease was not given up yet: 503 Service Unavailable"]
+
+
+PLAN = {"decision": {"action": "run"}, "group": "network_operator", "namespace": "nvidia-gpu-operator"}
+ASKED = {"stage": "canary", "permissions": {"features": ["gitops"], "namespaces": {"network_operator": "nno"}}}
+
+
+def test_the_permissions_are_asked_for_a_run_of_a_group_in_the_table_with_the_plans_namespace(monkeypatch):
+    asked = []
+    monkeypatch.setattr(_ledger_run, "check_permissions", lambda api, request: asked.append(request) or {"missing": []})
+    assert _ledger_run.permissions_for_the_plan(PLAN, ASKED, Api()) == {"missing": []}
+    (request,) = asked
+    assert (request.playbook, request.stage, request.group, tuple(request.features)) == (
+        "upgrade",
+        "canary",
+        "network_operator",
+        ("gitops",),
+    )
+    assert request.namespaces == {"network_operator": "nno", "ledger": "nvidia-gpu-operator"}
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [dict(PLAN, decision={"action": "refuse"}), dict(PLAN, decision={"action": "noop"}), dict(PLAN, group="my_dpu")],
+)
+def test_nothing_is_asked_when_the_stage_will_not_run_or_its_group_is_the_users_own(monkeypatch, plan):
+    monkeypatch.setattr(_ledger_run, "check_permissions", lambda api, request: pytest.fail("asked"))
+    assert _ledger_run.permissions_for_the_plan(plan, ASKED, Api())["skipped"] is True
+
+
+def test_missing_permissions_come_back_failed_with_permission_checks_message(monkeypatch):
+    def check_permissions(api, request):
+        raise GpuFleetError("the credentials lack 1 permission(s), so nothing was changed", result={"checked": 9})
+
+    monkeypatch.setattr(_ledger_run, "check_permissions", check_permissions)
+    answer = _ledger_run.permissions_for_the_plan(PLAN, ASKED, Api())
+    assert answer == {
+        "checked": 9,
+        "failed": True,
+        "msg": "Failed to confirm the permissions of upgrade.yml: the credentials lack 1 permission(s), so nothing "
+        "was changed",
+    }
