@@ -89,6 +89,18 @@ def firmware_components_argument_spec() -> Spec:
     }
 
 
+def stage_lease_argument_spec() -> Spec:
+    """The stage Lease's options: stage_lease's own, and upgrade_ledger's ``lease`` suboptions (documented there by
+    reference to stage_lease's)."""
+    return {
+        "namespace": {"type": "str", "required": True},
+        "name": {"type": "str", "default": "gpufleet-upgrade"},
+        "holder": {"type": "str", "required": True},
+        "duration": {"type": "int", "default": 300},
+        "keep_renewed_for": {"type": "int", "default": 0},
+    }
+
+
 def finding_warnings(findings: Iterable[Mapping[str, Any]], *, prefix: str = "") -> Iterable[str]:
     """The warning-severity findings (preflight, interlock) as warning lines ``<prefix><check>: <message>``."""
     return [f"{prefix}{item['check']}: {item['message']}" for item in findings if item.get("severity") == "warning"]

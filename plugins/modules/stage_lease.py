@@ -132,18 +132,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec, missing_libraries
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease_run import lease_settings, take_or_release
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, stage_lease_argument_spec
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
     spec.update(
         state={"type": "str", "default": "present", "choices": ["present", "absent"]},
-        namespace={"type": "str", "required": True},
-        name={"type": "str", "default": "gpufleet-upgrade"},
-        holder={"type": "str", "required": True},
-        duration={"type": "int", "default": 300},
-        keep_renewed_for={"type": "int", "default": 0},
+        **stage_lease_argument_spec(),
     )
     return spec
 

@@ -166,26 +166,25 @@ options:
     type: dict
     suboptions:
       namespace:
-        description: Namespace of the Lease.
+        description: M(gpufleet.upgrade.stage_lease)'s O(gpufleet.upgrade.stage_lease#module:namespace).
         type: str
         required: true
       name:
-        description: Name of the Lease.
+        description: M(gpufleet.upgrade.stage_lease)'s O(gpufleet.upgrade.stage_lease#module:name).
         type: str
         default: gpufleet-upgrade
       holder:
-        description: Identity of this run (C(holderIdentity)), unique per run.
+        description: M(gpufleet.upgrade.stage_lease)'s O(gpufleet.upgrade.stage_lease#module:holder).
         type: str
         required: true
       duration:
-        description: Seconds (on the API server's clock) the Lease stays valid after its last renewal.
+        description: M(gpufleet.upgrade.stage_lease)'s O(gpufleet.upgrade.stage_lease#module:duration).
         type: int
         default: 300
       keep_renewed_for:
         description:
-          - With O(action=plan), once the Lease is held, a process stays behind and renews it for this many seconds
-            (M(gpufleet.upgrade.stage_lease)'s O(gpufleet.upgrade.stage_lease#module:keep_renewed_for)). C(0) starts
-            none.
+          - M(gpufleet.upgrade.stage_lease)'s O(gpufleet.upgrade.stage_lease#module:keep_renewed_for), with
+            O(action=plan).
         type: int
         default: 0
 requirements:
@@ -351,7 +350,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import LEDGER_CONFIGMAP
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger_run import work_on_ledger
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, stage_lease_argument_spec
 
 
 def argument_spec():
@@ -385,16 +384,7 @@ def argument_spec():
                 "namespaces": {"type": "dict", "default": {}},
             },
         },
-        lease={
-            "type": "dict",
-            "options": {
-                "namespace": {"type": "str", "required": True},
-                "name": {"type": "str", "default": "gpufleet-upgrade"},
-                "holder": {"type": "str", "required": True},
-                "duration": {"type": "int", "default": 300},
-                "keep_renewed_for": {"type": "int", "default": 0},
-            },
-        },
+        lease={"type": "dict", "options": stage_lease_argument_spec()},
     )
     return spec
 
