@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_gpu_driver_rollout --nodes 100
 	$(BIN)/python -m bench.bench_twin_scale --nodes 1000
 	$(BIN)/python -m bench.bench_ofed_rollout --nodes 30 --parallel 3
+	$(BIN)/python -m bench.bench_stage_cpu --rounds 1 --count
 
 ## soak: the full fault matrix (component groups x canary/promote/rollback x fault kinds) and 20 rollouts of 200
 ## nodes with random faults; writes docs/reliability.md. A subset: make soak SOAK_ARGS="--groups firmware --rollouts 0".

@@ -319,7 +319,7 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         ),
     ),
     "upgrade_lease": (
-        "roles/upgrade main.yml: stage_lease takes, renews and releases the stage Lease",
+        "roles/upgrade main.yml: upgrade_ledger (and stage_lease) take, renew and release the stage Lease",
         (_g(LEDGER_ROLE, ("get", "create", "update"), "coordination.k8s.io", "leases"),),
     ),
     "upgrade_record": (
