@@ -32,13 +32,13 @@ def lease_settings(namespace: str, options: Mapping[str, Any]) -> LeaseSettings:
 
 
 def take_or_release(
-    params: Dict[str, Any], settings: LeaseSettings, *, state: str, keep_for: int, check_mode: bool
+    api: KubeApi, params: Dict[str, Any], settings: LeaseSettings, *, state: str, keep_for: int, check_mode: bool
 ) -> Dict[str, Any]:
     """Take (``present``) or give up (``absent``) the Lease; once taken, a keeper renews it for ``keep_for`` s.
 
-    ``params`` holds the module's connection options; the client built from them manages the Lease itself (it
-    does not renew one handed over in the environment)."""
-    api = KubeApi.from_params(params, keep_stage_lease=False)
+    ``api`` is the module's client; it must manage the Lease itself (built with ``keep_stage_lease=False``, so it
+    does not renew one handed over in the environment). ``params`` holds the module's connection options, from
+    which the keeper builds a client of its own."""
     result = run_stage_lease(api, settings=settings, state=state, check_mode=check_mode)
     if state == "present":
         held = result["held"] and keep_for > 0

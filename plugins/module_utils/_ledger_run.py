@@ -111,7 +111,9 @@ def ledger_action(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[s
     """What the upgrade_ledger module does for its action: plan, record, sample or read."""
     action = params["action"]
     check_cluster_name(params["cluster_name"])
-    api = KubeApi.from_params(params)
+    # One client for the module run. With ``lease`` this run takes or gives up the Lease itself, so its client does
+    # not renew one handed over in the environment.
+    api = KubeApi.from_params(params, keep_stage_lease=not params.get("lease"))
     if action == "plan":
         request = RunRequest(
             stage=params["stage"],
@@ -140,7 +142,7 @@ def ledger_action(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[s
     if action == "record":
         recorded = record(params, api, check_mode=check_mode, warn=warn)
         if params.get("lease"):
-            recorded["lease_released"] = release_after_recording(params, check_mode=check_mode, warn=warn)
+            recorded["lease_released"] = release_after_recording(params, api, check_mode=check_mode, warn=warn)
         return recorded
     if action == "sample":
         chosen = sample_nodes_now(
@@ -192,6 +194,7 @@ def plan_holding_the_lease(
     gives the Lease up."""
     lease = params["lease"]
     taken = take_or_release(
+        api,
         params,
         lease_settings(lease["namespace"], lease),
         state="present",
@@ -204,11 +207,13 @@ def plan_holding_the_lease(
     except GpuFleetError as err:
         err.result.update(held)
         raise
-    result.update(held, api_requests=api.requests_sent + taken["api_requests"])
+    result.update(held, api_requests=api.requests_sent)
     return dict(result, changed=taken["changed"])
 
 
-def release_after_recording(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[str], None]) -> bool:
+def release_after_recording(
+    params: Dict[str, Any], api: KubeApi, *, check_mode: bool, warn: Callable[[str], None]
+) -> bool:
     """Give the stage Lease up once the run is recorded; True when it was this run's and is given up.
 
     A release that fails is a warning, not a failed record: the entry is written, and roles/upgrade releases the
@@ -216,7 +221,7 @@ def release_after_recording(params: Dict[str, Any], *, check_mode: bool, warn: C
     lease = params["lease"]
     try:
         released = take_or_release(
-            params, lease_settings(lease["namespace"], lease), state="absent", keep_for=0, check_mode=check_mode
+            api, params, lease_settings(lease["namespace"], lease), state="absent", keep_for=0, check_mode=check_mode
         )
     except GpuFleetError as err:
         warn(f"The run is recorded, but the stage Lease was not given up yet: {err.msg}")

@@ -130,7 +130,11 @@ api_requests:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import k8s_auth_argument_spec, missing_libraries
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
+    KubeApi,
+    k8s_auth_argument_spec,
+    missing_libraries,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease_run import lease_settings, take_or_release
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, stage_lease_argument_spec
 
@@ -151,6 +155,8 @@ def main():
     run_module(
         module,
         lambda: take_or_release(
+            # This module manages the Lease itself: it does not renew one handed over in the environment.
+            KubeApi.from_params(params, keep_stage_lease=False),
             params,
             lease_settings(params["namespace"], params),
             state=params["state"],

@@ -19,7 +19,7 @@ class Api:
 
 
 def taken(calls, *, changed=True, held=True, fails=None):
-    def take_or_release(params, settings, *, state, keep_for, check_mode):
+    def take_or_release(api, params, settings, *, state, keep_for, check_mode):
         calls.append((state, settings.holder, keep_for, check_mode))
         if fails:
             raise fails
@@ -34,7 +34,7 @@ def test_the_lease_is_taken_before_planning_and_its_result_comes_with_the_plan(m
     monkeypatch.setattr(_ledger_run, "plan_run", lambda request, api: planned.append(calls[:]) or {"decision": {}})
     result = _ledger_run.plan_holding_the_lease(None, {"lease": LEASE}, Api(), check_mode=False)
     assert planned == [[("present", "me, run 1", 60, False)]]  # taken first, then planned
-    assert (result["held"], result["changed"], result["api_requests"]) == (True, True, 5)
+    assert (result["held"], result["changed"], result["api_requests"]) == (True, True, 3)
 
 
 def test_a_plan_that_fails_once_the_lease_is_held_says_so(monkeypatch):
@@ -60,13 +60,13 @@ def test_a_lease_another_run_holds_is_refused_before_planning(monkeypatch):
 def test_recording_gives_the_lease_up_and_a_release_that_fails_only_warns(monkeypatch):
     calls, warnings = [], []
     monkeypatch.setattr(_ledger_run, "take_or_release", taken(calls))
-    assert _ledger_run.release_after_recording({"lease": LEASE}, check_mode=False, warn=warnings.append) is True
+    assert _ledger_run.release_after_recording({"lease": LEASE}, Api(), check_mode=False, warn=warnings.append) is True
     assert calls == [("absent", "me, run 1", 0, False)] and warnings == []
     monkeypatch.setattr(_ledger_run, "take_or_release", taken([], changed=False))
-    assert _ledger_run.release_after_recording({"lease": LEASE}, check_mode=False, warn=warnings.append) is False
+    assert _ledger_run.release_after_recording({"lease": LEASE}, Api(), check_mode=False, warn=warnings.append) is False
     down = KubeApiError("503 Service Unavailable", status=503)
     monkeypatch.setattr(_ledger_run, "take_or_release", taken([], fails=down))
-    assert _ledger_run.release_after_recording({"lease": LEASE}, check_mode=False, warn=warnings.append) is False
+    assert _ledger_run.release_after_recording({"lease": LEASE}, Api(), check_mode=False, warn=warnings.append) is False
     assert warnings == ["The run is recorded, but the stage Lease was not given up yet: 503 Service Unavailable"]
 
 
