@@ -8,7 +8,8 @@ import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +152,22 @@ def run_playbook(
     run = PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
     assert_no_secret(run, secrets, files=written_files(extra_vars or {}))
     return run
+
+
+def in_background(work: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``work`` (a playbook run, say) in a thread while the test acts on the twin; its result or error lands in
+    the box (``value`` or ``error``) for the test thread to use or raise once it joins."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as err:  # the test thread reports it
+            box["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
 
 
 def kubectl(twin: TwinProcess, *args: str, check: bool = True) -> str:

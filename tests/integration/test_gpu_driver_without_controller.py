@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from .conftest import ROOT, VENV_BIN, kubectl, run_playbook
+from .conftest import ROOT, VENV_BIN, in_background, kubectl, run_playbook
 from .test_clusterpolicy_upgrade import (
     MODULE_PLAYBOOK,
     NEW,
@@ -50,6 +50,11 @@ def turn_the_controller_off(twin) -> str:
     patch = {"spec": {"driver": {"upgradePolicy": {"autoUpgrade": False}}}}
     kubectl(twin, "patch", "clusterpolicy", "gpu-cluster-policy", "--type", "merge", "-p", json.dumps(patch))
     return old
+
+
+def refused_evictions(twin) -> int:
+    """Evictions the twin refused (429) since its recorder was last reset."""
+    return twin.report()["requests"]["errors_by_code_verb_resource"].get("429 create pods/eviction", 0)
 
 
 def auto_upgrade(twin) -> bool:
@@ -97,18 +102,28 @@ def test_canary_then_promotion_without_the_controller_within_the_budget(twin_fac
     assert run.returncode == 0, run.output
     assert json.loads((audit_dir / "audit.json").read_text())["drift"]["nodes_with_drift"] == []
 
-    # Promotion: a PDB refuses evictions for 15 simulated minutes; the cordoned node counts against the budget.
-    twin.admin(
-        "POST",
-        "faults",
-        {"type": "pdb_never_allows", "namespace": "ml-training", "name": "llm-train-0", "duration": 900},
-    )
+    # Promotion: a PDB refuses evictions until the twin has refused one, then allows them (judged by the twin's
+    # recorder: a fault of a fixed simulated length could end before a loaded machine's run reaches its first
+    # eviction); the cordoned node counts against the budget.
+    (refusing,) = twin.admin(
+        "POST", "faults", {"type": "pdb_never_allows", "namespace": "ml-training", "name": "llm-train-01"}
+    )["faults"]
     twin.admin("POST", "report/reset")
-    run, result = run_role(
-        twin,
-        tmp_path,
-        {"gpu_operator_action": "promote", "gpu_operator_target": target, "gpu_operator_max_unavailable": 2},
+    thread, box = in_background(
+        lambda: run_role(
+            twin,
+            tmp_path,
+            {"gpu_operator_action": "promote", "gpu_operator_target": target, "gpu_operator_max_unavailable": 2},
+        )
     )
+    try:
+        wait_for(lambda: refused_evictions(twin) > 0 or not thread.is_alive(), what="a refused eviction", timeout=300)
+    finally:
+        twin.admin("DELETE", f"faults/{refusing['id']}")
+        thread.join(timeout=600)
+    if "error" in box:
+        raise box["error"]
+    run, result = box["value"]
     assert run.returncode == 0, run.output
     assert set(driver_versions(twin).values()) == {NEW}
     assert CANARY not in result["timeline"] and len(result["timeline"]) == 5  # the canary is not done twice

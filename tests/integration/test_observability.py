@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from gpufleet_twin.process import start_twin
-from tests.integration.conftest import ROOT, kubectl, run_playbook
+from tests.integration.conftest import ROOT, in_background, kubectl, run_playbook
 from tests.integration.prometheus_servers import start_prometheus, start_pushgateway
 
 pytestmark = pytest.mark.slow
@@ -185,14 +185,13 @@ def test_a_promotion_holds_its_next_nodes_while_an_alert_fires_and_its_next_fini
     while the promotion's first nodes upgrade; the nodes not started stay held, the stage halts naming the alert and
     its report's Next says to run the promotion again once the alert stops; that Next finishes the promotion."""
     from tests.integration.test_clusterpolicy_upgrade import NEW, driver_versions, states, wait_for
-    from tests.integration.test_prometheus import _in_background
     from tests.integration.test_upgrade_flow import cluster_ledger
 
     twin.advance(49 * 3600)  # past the bake window, on the twin's clock
     workers = sorted(twin.companion["published"]["gpu_worker_nodes"])
     for name in workers:  # two simulated hours a node (12 s here): time for Prometheus to see the XID
         kubectl(twin, "annotate", "node", name, "twin.gpufleet.io/driver-load-seconds=7200", "--overwrite")
-    thread, box = _in_background(
+    thread, box = in_background(
         lambda: flow(twin, workspace, prometheus, pushgateway, "promote", upgrade_alert_wait_timeout=4)
     )
 

@@ -8,14 +8,13 @@ the faults it injected. The MOFED rollout runs last: it changes the twin's MOFED
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpufleet_twin.process import start_twin
-from tests.integration.conftest import kubectl, run_playbook
+from tests.integration.conftest import in_background, kubectl, run_playbook
 from tests.integration.prometheus_servers import Prometheus, start_prometheus
 
 NODE = "gpu-worker-002"
@@ -147,20 +146,6 @@ def _hold_events(twin, node: str) -> list[dict[str, Any]]:
     return sorted((e for e in found if e.get("action") == "AlertsHold"), key=lambda e: e["firstTimestamp"])
 
 
-def _in_background(work) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = work()
-        except BaseException as err:  # the test thread reports it
-            box["error"] = err
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, box
-
-
 def test_a_mofed_rollout_holds_before_each_node_while_an_alert_fires(twin, prometheus, tmp_path) -> None:
     """An XID alert starts firing while the first node reloads: the rollout holds before the second node and halts
     naming the alert after its bound, changing nothing more; the same task run again holds until the alert clears
@@ -168,7 +153,7 @@ def test_a_mofed_rollout_holds_before_each_node_while_an_alert_fires(twin, prome
     first, second, third = sorted(twin.companion["published"]["gpu_worker_nodes"])
     # The first node's reload takes 2 simulated hours (12 s at 600x): time for Prometheus to see the XID.
     kubectl(twin, "annotate", "node", first, f"{MOFED_RELOAD}=7200", "--overwrite")
-    thread, box = _in_background(lambda: _mofed_rollout(twin, prometheus, tmp_path, alert_wait=4))
+    thread, box = in_background(lambda: _mofed_rollout(twin, prometheus, tmp_path, alert_wait=4))
     prometheus.wait_for(lambda: _progress(twin)[first].get(MOFED_STATE) == "in-progress", what="the first reload")
     twin.admin("POST", "faults", {"type": "ecc_errors", "node": NODE, "xid": [48]})
     try:
@@ -190,7 +175,7 @@ def test_a_mofed_rollout_holds_before_each_node_while_an_alert_fires(twin, prome
 
         # The same task again (what the report's Next says): it holds before the second node until the alert clears.
         clock_before = twin.admin("GET", "clock")["now"]
-        thread, box = _in_background(lambda: _mofed_rollout(twin, prometheus, tmp_path, alert_wait=120))
+        thread, box = in_background(lambda: _mofed_rollout(twin, prometheus, tmp_path, alert_wait=120))
         prometheus.wait_for(lambda: len(_hold_events(twin, second)) == 2, what="the second run to hold", timeout=120)
         cleared_at = twin.admin("GET", "clock")["now"]
         assert MOFED_STATE not in _progress(twin)[second], "the second node started while the alert fired"
@@ -253,7 +238,7 @@ def test_a_gpu_driver_rollout_holds_its_nodes_not_started_while_an_alert_fires(t
     nodes = sorted(twin.companion["published"]["gpu_worker_nodes"])
     for name in nodes:  # 2 simulated hours per node (12 s at 600x): time for Prometheus to see the XID
         kubectl(twin, "annotate", "node", name, "twin.gpufleet.io/driver-load-seconds=7200", "--overwrite")
-    thread, box = _in_background(lambda: _driver_rollout(twin, prometheus, tmp_path, alert_wait=4))
+    thread, box = in_background(lambda: _driver_rollout(twin, prometheus, tmp_path, alert_wait=4))
 
     def started() -> list[str]:
         return [
