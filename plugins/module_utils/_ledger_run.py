@@ -9,11 +9,12 @@ reports in _report*.py.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._fleet import check_cluster_name
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_stage_events
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._lease_run import lease_settings, take_or_release
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import (
     RunRequest,
@@ -141,6 +142,8 @@ def ledger_action(params: Dict[str, Any], *, check_mode: bool, warn: Callable[[s
         return dict(result, changed=False)
     if action == "record":
         recorded = record(params, api, check_mode=check_mode, warn=warn)
+        if params.get("milestones"):
+            recorded["events"] = record_milestones(params, api, check_mode=check_mode, warn=warn)
         if params.get("lease"):
             recorded["lease_released"] = release_after_recording(params, api, check_mode=check_mode, warn=warn)
         return recorded
@@ -209,6 +212,34 @@ def plan_holding_the_lease(
         raise
     result.update(held, api_requests=api.requests_sent)
     return dict(result, changed=taken["changed"])
+
+
+def record_milestones(
+    params: Dict[str, Any], api: KubeApi, *, check_mode: bool, warn: Callable[[str], None]
+) -> List[Dict[str, Any]]:
+    """Write the milestones the recorded run reached as Events (upgrade_event's), on the entry's group.
+
+    After the record, and never failing it: an Event is a courtesy to ``kubectl describe``, the entry is the run's
+    account. One that cannot be written (the API refusing or down past the client's retries, a node gone) is a
+    warning naming the milestone and why.
+    """
+    group = str((params["entry"] or {}).get("group") or "")
+    written: List[Dict[str, Any]] = []
+    for milestone in params["milestones"]:
+        try:
+            made = record_stage_events(
+                api,
+                milestone=milestone["milestone"],
+                group=group,
+                nodes=milestone["nodes"],
+                message=milestone["event_message"],
+                check_mode=check_mode,
+            )
+        except GpuFleetError as err:
+            warn(f"The run is recorded, but its {milestone['milestone']} Events were not written: {err.msg}")
+            continue
+        written += [dict(event, milestone=milestone["milestone"]) for event in made["events"]]
+    return written
 
 
 def release_after_recording(

@@ -101,6 +101,16 @@ def stage_lease_argument_spec() -> Spec:
     }
 
 
+def milestone_argument_spec(milestones: Iterable[str]) -> Spec:
+    """A stage milestone's Event options: upgrade_event's own (it adds ``group``), and upgrade_ledger's
+    ``milestones`` suboptions (documented there by reference to upgrade_event's)."""
+    return {
+        "milestone": {"type": "str", "required": True, "choices": list(milestones)},
+        "nodes": {"type": "list", "elements": "str", "default": []},
+        "event_message": {"type": "str", "required": True},
+    }
+
+
 def finding_warnings(findings: Iterable[Mapping[str, Any]], *, prefix: str = "") -> Iterable[str]:
     """The warning-severity findings (preflight, interlock) as warning lines ``<prefix><check>: <message>``."""
     return [f"{prefix}{item['check']}: {item['message']}" for item in findings if item.get("severity") == "warning"]

@@ -331,23 +331,24 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         (_g(UPGRADE_ROLE, ("get", "patch"), "", "nodes"),),
     ),
     "upgrade_events": (
-        "roles/upgrade canary/bake/promote/rollback.yml: upgrade_event records the stage's milestones as Events "
-        'on the nodes and the component\'s object (cluster-scoped, so in "default")',
+        "roles/upgrade canary/bake/promote/rollback.yml: the stage's milestones as Events on the nodes and the "
+        "component's object (cluster-scoped, so in \"default\"): upgrade_event when the canary starts, the record's "
+        "upgrade_ledger run for the milestones that end a stage",
         (
             _g(UPGRADE_ROLE, _R, "", "nodes"),
             _g(NODE_EVENTS_ROLE, ("create",), "", "events"),
         ),
     ),
     "upgrade_events_gpu_operator": (
-        "roles/upgrade: upgrade_event finds the ClusterPolicy its Events are about",
+        "roles/upgrade: the milestones' Events find the ClusterPolicy they are about",
         (_g(UPGRADE_ROLE, _L, "nvidia.com", "clusterpolicies"),),
     ),
     "upgrade_events_network_operator": (
-        "roles/upgrade: upgrade_event finds the NicClusterPolicy its Events are about",
+        "roles/upgrade: the milestones' Events find the NicClusterPolicy they are about",
         (_g(UPGRADE_ROLE, _L, "mellanox.com", "nicclusterpolicies"),),
     ),
     "upgrade_events_openshift": (
-        "roles/upgrade: upgrade_event finds the MachineConfigPools of the nodes its Events are about",
+        "roles/upgrade: the milestones' Events find the MachineConfigPools of the nodes they are about",
         (_g(UPGRADE_ROLE, _L, "machineconfiguration.openshift.io", "machineconfigpools"),),
     ),
     "upgrade_sample": (

@@ -90,17 +90,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     missing_libraries,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import STAGE_EVENTS, record_stage_events
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import milestone_argument_spec, run_module
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
-    spec.update(
-        milestone={"type": "str", "required": True, "choices": list(STAGE_EVENTS)},
-        group={"type": "str", "required": True},
-        nodes={"type": "list", "elements": "str", "default": []},
-        event_message={"type": "str", "required": True},
-    )
+    spec.update(milestone_argument_spec(STAGE_EVENTS), group={"type": "str", "required": True})
     return spec
 
 

@@ -139,6 +139,31 @@ options:
         the report and in its file name. Letters, digits, C(.), C(_) and C(-).
     type: str
     default: ""
+  milestones:
+    description:
+      - With O(action=record), the milestones the run reached, each written as M(gpufleet.upgrade.upgrade_event) writes
+        it (C(Normal) Events, reason C(GPUFleetUpgrade), on the group's object and the nodes; the group is the entry's
+        C(group)) once the entry is recorded. roles/upgrade hands the milestones that end a stage (C(canary_passed),
+        C(bake_passed), C(bake_failed), C(promoted), C(rolled_back)) to the record, in one module run with it.
+      - An Event that cannot be written is a warning, not a failed record; the entry is the run's account.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      milestone:
+        description: M(gpufleet.upgrade.upgrade_event)'s O(gpufleet.upgrade.upgrade_event#module:milestone).
+        type: str
+        required: true
+        choices: [canary_started, canary_passed, bake_passed, bake_failed, promoted, rolled_back]
+      nodes:
+        description: M(gpufleet.upgrade.upgrade_event)'s O(gpufleet.upgrade.upgrade_event#module:nodes).
+        type: list
+        elements: str
+        default: []
+      event_message:
+        description: M(gpufleet.upgrade.upgrade_event)'s O(gpufleet.upgrade.upgrade_event#module:event_message).
+        type: str
+        required: true
   permissions:
     description:
       - With O(action=plan), also ask whether the credentials may do everything the planned stage will do (as
@@ -246,6 +271,14 @@ permissions:
   returned: action=plan with permissions
   type: dict
   sample: {checked: 41, missing: [], steps: [upgrade_ledger, upgrade_lease]}
+events:
+  description:
+    - The Events O(milestones) wrote (in check mode, would write), as M(gpufleet.upgrade.upgrade_event) returns them,
+      each with its C(milestone).
+  returned: action=record with milestones
+  type: list
+  elements: dict
+  sample: [{milestone: canary_passed, kind: Node, name: gpu-worker-001, action: CanaryPassed}]
 lease_released:
   description: Whether O(action=record) gave the stage Lease up (false when it was not this run's, or in check mode).
   returned: action=record with lease
@@ -348,9 +381,14 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import STAGE_EVENTS
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger import LEDGER_CONFIGMAP
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ledger_run import work_on_ledger
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, stage_lease_argument_spec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    milestone_argument_spec,
+    run_module,
+    stage_lease_argument_spec,
+)
 
 
 def argument_spec():
@@ -377,6 +415,12 @@ def argument_spec():
         record_in_cluster={"type": "bool", "default": True},
         report_dir={"type": "path"},
         cluster_name={"type": "str", "default": ""},
+        milestones={
+            "type": "list",
+            "elements": "dict",
+            "default": [],
+            "options": milestone_argument_spec(STAGE_EVENTS),
+        },
         permissions={
             "type": "dict",
             "options": {

@@ -109,3 +109,44 @@ def test_missing_permissions_come_back_failed_with_permission_checks_message(mon
         "msg": "Failed to confirm the permissions of upgrade.yml: the credentials lack 1 permission(s), so nothing "
         "was changed",
     }
+
+
+MILESTONES = [
+    {"milestone": "bake_failed", "nodes": ["gpu-1"], "event_message": "Bake check failed on gpu-1"},
+    {"milestone": "rolled_back", "nodes": ["gpu-1"], "event_message": "Rolled back to current_production"},
+]
+
+
+def test_the_milestones_are_written_on_the_entrys_group_and_one_that_cannot_be_only_warns(monkeypatch):
+    written, warnings = [], []
+
+    def record_stage_events(api, *, milestone, group, nodes, message, check_mode):
+        written.append((milestone, group, tuple(nodes), message, check_mode))
+        if milestone == "rolled_back":
+            raise KubeApiError("events is forbidden", status=403)
+        return {"events": [{"kind": "Node", "name": "gpu-1", "action": "BakeCheckFailed"}]}
+
+    monkeypatch.setattr(_ledger_run, "record_stage_events", record_stage_events)
+    params = {"entry": {"group": "gpu_operator"}, "milestones": MILESTONES}
+    events = _ledger_run.record_milestones(params, Api(), check_mode=True, warn=warnings.append)
+    assert written == [
+        ("bake_failed", "gpu_operator", ("gpu-1",), "Bake check failed on gpu-1", True),
+        ("rolled_back", "gpu_operator", ("gpu-1",), "Rolled back to current_production", True),
+    ]
+    assert events == [{"kind": "Node", "name": "gpu-1", "action": "BakeCheckFailed", "milestone": "bake_failed"}]
+    assert warnings == ["The run is recorded, but its rolled_back Events were not written: events is forbidden"]
+
+
+def test_a_record_writes_its_entry_before_the_milestones_and_returns_their_events(monkeypatch):
+    order = []
+    monkeypatch.setattr(_ledger_run.KubeApi, "from_params", staticmethod(lambda params, keep_stage_lease: Api()))
+    monkeypatch.setattr(_ledger_run, "record", lambda params, api, check_mode, warn: order.append("entry") or {})
+    monkeypatch.setattr(
+        _ledger_run, "record_milestones", lambda params, api, check_mode, warn: order.append("events") or ["e"]
+    )
+    params = {"action": "record", "cluster_name": "", "milestones": MILESTONES, "lease": None}
+    assert _ledger_run.ledger_action(params, check_mode=False, warn=print) == {"events": ["e"]}
+    assert order == ["entry", "events"]
+    order.clear()
+    assert _ledger_run.ledger_action(dict(params, milestones=[]), check_mode=False, warn=print) == {}
+    assert order == ["entry"]

@@ -503,10 +503,9 @@ class Store:
             # A status write changes status only (metadata labels and annotations
             # are kept from the stored object, as the real status strategy does).
             status = new.get("status")
-            replaced = copy.deepcopy(old)
-            if status is None:
-                replaced.pop("status", None)
-            else:
+            # The stored object without its status (copied only to be replaced: a node's is most of it).
+            replaced = copy.deepcopy({key: value for key, value in old.items() if key != "status"})
+            if status is not None:
                 replaced["status"] = status
             replaced["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
             new.clear()
