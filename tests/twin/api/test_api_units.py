@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import ssl
 
 import pytest
@@ -320,3 +321,34 @@ def test_protobuf_bodies_of_typed_clients_decode_to_json():
         openapi.decode_protobuf_object(b"k8s\x00" + _field(1, _field(1, b"apps/v1") + _field(2, b"Deployment")))
     with pytest.raises(ValueError):
         openapi.decode_protobuf_object(b"k8s\x00\x0a\x7f")  # truncated
+
+
+def test_the_client_models_kept_in_a_file_give_the_same_schemas_and_a_new_model_is_added(tmp_path, monkeypatch):
+    """A twin reads what it needs of the kubernetes client's models from a file kept between processes: the
+    documents it serves are those converted from the models themselves, and a model the file lacks is read from the
+    client and added to it."""
+    registry = Registry()
+    for rtype in builtin_types.BUILTIN_TYPES:
+        registry.add(rtype)
+    monkeypatch.setenv("GPUFLEET_TWIN_CACHE_DIR", str(tmp_path))
+
+    def documents() -> list[object]:
+        monkeypatch.setattr(openapi, "_MODEL_TABLE_READ", False)  # a new process's table, put back afterwards
+        monkeypatch.setattr(openapi, "_MODEL_TABLE", None)
+        catalog = openapi.SchemaCatalog(registry)
+        return [catalog.v3_document(path) for path in ("api/v1", "apis/apps/v1", "apis/batch/v1")]
+
+    from_models = documents()
+    (kept,) = tmp_path.glob("client-models-*.json")
+    assert "V1PodSpec" in json.loads(kept.read_text())
+    monkeypatch.setattr(openapi, "_client_models", lambda: pytest.fail("read the client though the file has it"))
+    assert documents() == from_models
+
+    # A model the file lacks (a kind added to the registry later) is read from the client and kept.
+    monkeypatch.undo()
+    monkeypatch.setenv("GPUFLEET_TWIN_CACHE_DIR", str(tmp_path))
+    stored = json.loads(kept.read_text())
+    del stored["V1PodSpec"]
+    kept.write_text(json.dumps(stored))
+    assert documents() == from_models
+    assert "V1PodSpec" in json.loads(kept.read_text())

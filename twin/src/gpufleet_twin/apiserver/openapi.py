@@ -34,7 +34,10 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import importlib.metadata
 import json
+import os
+import pathlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -417,11 +420,111 @@ def _client_models() -> Any | None:
     return models
 
 
+@dataclass(frozen=True)
+class _ModelInfo:
+    """What the converter reads of one client model: its attributes' types and JSON names, its required fields."""
+
+    openapi_types: dict[str, str]
+    attribute_map: dict[str, str]
+    required: list[str]
+
+
+class _ModelTable:
+    """The kubernetes client's models as the converter reads them, kept in a file between twin processes.
+
+    Loading the models is most of a twin's start-up (each is a pydantic class built on first use, about 0.6 s of
+    CPU for the kinds the twin serves), and the suite starts hundreds of twins. What the converter reads of them
+    does not change for one client release, so it is read once into a JSON file named after the client's version
+    and this module's own text (``$GPUFLEET_TWIN_CACHE_DIR``, else ``~/.cache/gpufleet-twin``); a model the file
+    lacks is read from the client and the file rewritten. A file that cannot be read or written is ignored.
+    """
+
+    def __init__(self, path: pathlib.Path | None) -> None:
+        self._path = path
+        self._entries: dict[str, _ModelInfo | None] | None = None
+        self._models: Any | None = None
+        self._changed = False
+
+    @classmethod
+    def for_this_client(cls) -> _ModelTable | None:
+        """The table of the installed client, or None without one."""
+        try:
+            version = importlib.metadata.version("kubernetes")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        digest = hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
+        folder = os.environ.get("GPUFLEET_TWIN_CACHE_DIR") or os.path.join(
+            os.path.expanduser("~"), ".cache", "gpufleet-twin"
+        )
+        return cls(pathlib.Path(folder) / f"client-models-{version}-{digest}.json")
+
+    def has(self, name: str) -> bool:
+        return self._entry(name) is not None
+
+    def info(self, name: str) -> _ModelInfo:
+        entry = self._entry(name)
+        if entry is None:
+            raise KeyError(name)
+        return entry
+
+    def save(self) -> None:
+        """Write the file when models were read from the client since it was loaded."""
+        if not self._changed or self._path is None or self._entries is None:
+            return
+        entries = {name: None if e is None else e.__dict__ for name, e in sorted(self._entries.items())}
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self._path.with_name(f"{self._path.name}.{os.getpid()}")
+            partial.write_text(json.dumps(entries))
+            partial.replace(self._path)
+            self._changed = False
+        except OSError:
+            pass
+
+    def _entry(self, name: str) -> _ModelInfo | None:
+        entries = self._load()
+        if name not in entries:
+            entries[name] = self._read_model(name)
+            self._changed = True
+        return entries[name]
+
+    def _load(self) -> dict[str, _ModelInfo | None]:
+        if self._entries is None:
+            self._entries = {}
+            try:
+                stored = json.loads(self._path.read_text()) if self._path is not None else {}
+                self._entries = {name: None if entry is None else _ModelInfo(**entry) for name, entry in stored.items()}
+            except (OSError, ValueError, TypeError):
+                pass
+        return self._entries
+
+    def _read_model(self, name: str) -> _ModelInfo | None:
+        if self._models is None:
+            self._models = _client_models()
+        model = getattr(self._models, name, None) if self._models is not None else None
+        if model is None or not hasattr(model, "openapi_types"):
+            return None
+        return _ModelInfo(dict(model.openapi_types), dict(model.attribute_map), _required_fields(model))
+
+
+_MODEL_TABLE: _ModelTable | None = None
+_MODEL_TABLE_READ = False
+
+
+def _model_table() -> _ModelTable | None:
+    """One table per process (the twin's tests build many twins in one)."""
+    global _MODEL_TABLE, _MODEL_TABLE_READ  # noqa: PLW0603 - a per-process cache
+    if not _MODEL_TABLE_READ:
+        _MODEL_TABLE = _ModelTable.for_this_client()
+        _MODEL_TABLE_READ = True
+    return _MODEL_TABLE
+
+
 @dataclass
 class _ModelConverter:
     """Turns kubernetes client models into OpenAPI v3 component schemas."""
 
-    models: Any
+    models: _ModelTable
     components: dict[str, Obj] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
 
@@ -443,12 +546,11 @@ class _ModelConverter:
             package = package_hint
         name = f"{package}.{version}.{short}"
         self.names[model_name] = name
-        model = getattr(self.models, model_name)
+        model = self.models.info(model_name)
         schema: Obj = {"type": "object", "properties": {}}
         self.components[name] = schema  # before recursing: models refer to themselves (JSONSchemaProps)
-        required = _required_fields(model)
-        if required:
-            schema["required"] = required
+        if model.required:
+            schema["required"] = list(model.required)
         for attribute, type_name in model.openapi_types.items():
             json_name = model.attribute_map[attribute]
             prop = self.schema_for_type(type_name, package)
@@ -472,7 +574,7 @@ class _ModelConverter:
         mapped = _DICT_TYPE.match(type_name)
         if mapped:
             return {"type": "object", "additionalProperties": self.schema_for_type(mapped.group("value"), package_hint)}
-        if hasattr(self.models, type_name):
+        if self.models.has(type_name):
             return {"$ref": f"#/components/schemas/{self.component_for_model(type_name, package_hint)}"}
         return {"x-kubernetes-preserve-unknown-fields": True}
 
@@ -504,7 +606,7 @@ class SchemaCatalog:
         self._gv_documents: dict[str, tuple[Obj, str]] = {}
         self._v2_document: Obj | None = None
         self._models_loaded = False
-        self._models: Any | None = None
+        self._models: _ModelTable | None = None
         # Built-in kinds do not change, so their conversion is kept across rebuilds.
         self._converter: _ModelConverter | None = None
 
@@ -597,10 +699,11 @@ class SchemaCatalog:
             # Converting new built-ins may have added components.
             for name, schema in converter.components.items():
                 self._components.setdefault(name, schema)
+            converter.models.save()
 
     def _builtin_converter(self) -> _ModelConverter | None:
         if not self._models_loaded:
-            self._models = _client_models()
+            self._models = _model_table()
             self._models_loaded = True
         if self._models is None:
             return None
@@ -615,7 +718,7 @@ class SchemaCatalog:
         model_name = _MODEL_OF_KIND.get((rtype.group, rtype.version, rtype.kind))
         if model_name is None:
             model_name = f"V{rtype.version[1:]}{rtype.kind}"
-        if rtype.schema is None and converter is not None and hasattr(converter.models, model_name):
+        if rtype.schema is None and converter is not None and converter.models.has(model_name):
             package = _GROUP_PACKAGES.get(rtype.group, f"io.k8s.api.{rtype.group.split('.')[0]}")
             converted = converter.component_for_model(model_name, package)
             schema = dict(converter.components[converted])
