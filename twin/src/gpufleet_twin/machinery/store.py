@@ -503,9 +503,10 @@ class Store:
             # A status write changes status only (metadata labels and annotations
             # are kept from the stored object, as the real status strategy does).
             status = new.get("status")
-            # The stored object without its status (copied only to be replaced: a node's is most of it).
-            replaced = copy.deepcopy({key: value for key, value in old.items() if key != "status"})
-            if status is not None:
+            replaced = copy.deepcopy(old)
+            if status is None:
+                replaced.pop("status", None)
+            else:
                 replaced["status"] = status
             replaced["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
             new.clear()
