@@ -323,7 +323,9 @@ def test_protobuf_bodies_of_typed_clients_decode_to_json():
         openapi.decode_protobuf_object(b"k8s\x00\x0a\x7f")  # truncated
 
 
-def test_the_client_models_kept_in_a_file_give_the_same_schemas_and_a_new_model_is_added(tmp_path, monkeypatch):
+def test_the_client_models_kept_in_a_file_give_the_same_schemas_and_a_new_model_is_added(
+    tmp_path, monkeypatch, request
+):
     """A twin reads what it needs of the kubernetes client's models from a file kept between processes: the
     documents it serves are those converted from the models themselves, and a model the file lacks is read from the
     client and added to it."""
@@ -333,11 +335,11 @@ def test_the_client_models_kept_in_a_file_give_the_same_schemas_and_a_new_model_
     monkeypatch.setenv("GPUFLEET_TWIN_CACHE_DIR", str(tmp_path))
 
     def documents() -> list[object]:
-        monkeypatch.setattr(openapi, "_MODEL_TABLE_READ", False)  # a new process's table, put back afterwards
-        monkeypatch.setattr(openapi, "_MODEL_TABLE", None)
+        openapi._model_table.cache_clear()  # a new process's table
         catalog = openapi.SchemaCatalog(registry)
         return [catalog.v3_document(path) for path in ("api/v1", "apis/apps/v1", "apis/batch/v1")]
 
+    request.addfinalizer(openapi._model_table.cache_clear)  # later tests read the table of the usual place
     from_models = documents()
     (kept,) = tmp_path.glob("client-models-*.json")
     assert "V1PodSpec" in json.loads(kept.read_text())

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -507,17 +508,10 @@ class _ModelTable:
         return _ModelInfo(dict(model.openapi_types), dict(model.attribute_map), _required_fields(model))
 
 
-_MODEL_TABLE: _ModelTable | None = None
-_MODEL_TABLE_READ = False
-
-
+@functools.cache
 def _model_table() -> _ModelTable | None:
     """One table per process (the twin's tests build many twins in one)."""
-    global _MODEL_TABLE, _MODEL_TABLE_READ  # noqa: PLW0603 - a per-process cache
-    if not _MODEL_TABLE_READ:
-        _MODEL_TABLE = _ModelTable.for_this_client()
-        _MODEL_TABLE_READ = True
-    return _MODEL_TABLE
+    return _ModelTable.for_this_client()
 
 
 @dataclass
@@ -605,8 +599,6 @@ class SchemaCatalog:
         self._roots: dict[tuple[str, str], str] = {}
         self._gv_documents: dict[str, tuple[Obj, str]] = {}
         self._v2_document: Obj | None = None
-        self._models_loaded = False
-        self._models: _ModelTable | None = None
         # Built-in kinds do not change, so their conversion is kept across rebuilds.
         self._converter: _ModelConverter | None = None
 
@@ -702,13 +694,11 @@ class SchemaCatalog:
             converter.models.save()
 
     def _builtin_converter(self) -> _ModelConverter | None:
-        if not self._models_loaded:
-            self._models = _model_table()
-            self._models_loaded = True
-        if self._models is None:
+        models = _model_table()
+        if models is None:
             return None
         if self._converter is None:
-            self._converter = _ModelConverter(self._models)
+            self._converter = _ModelConverter(models)
             for model in ("V1ObjectMeta", "V1ListMeta", "V1Status", "V1DeleteOptions"):
                 self._converter.component_for_model(model, f"{META}")
         return self._converter
