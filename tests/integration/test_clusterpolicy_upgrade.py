@@ -144,11 +144,14 @@ def write_requests(twin: TwinProcess) -> dict[str, int]:
     }
 
 
-def wait_for(check: Callable[[], bool], *, what: str, timeout: float = 60.0) -> None:
+def wait_for(
+    check: Callable[[], bool], *, what: str, timeout: float = 60.0, seen: Callable[[], object] | None = None
+) -> None:
+    """Poll ``check`` until true; on timeout, name ``what`` and, when given, what ``seen()`` shows then."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}" + (f"; seen: {seen()!r}" if seen else ""))
         time.sleep(0.5)
 
 

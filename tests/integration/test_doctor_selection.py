@@ -37,6 +37,12 @@ def daemon_pods(twin: TwinProcess) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
+def driver_loaded(twin: TwinProcess, node: str) -> bool:
+    """The node's driver pod is Ready: its container loaded the module."""
+    conditions = ((driver_pod(twin, node) or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
 def gpu_driver_findings(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f["node"]: f for f in result["findings"] if f["component"] == "gpu-driver"}
 
@@ -57,10 +63,14 @@ def held_twin(twin_factory, tmp_path):
     upgrade = {"autoUpgrade": True, "maxParallelUpgrades": 0, "maxUnavailable": "100%"}
     patch = {"spec": {"driver": {"useNvidiaDriverCRD": True, "upgradePolicy": upgrade}}}
     kubectl(twin, "patch", "clusterpolicy", "gpu-cluster-policy", "--type", "merge", "-p", json.dumps(patch))
+    # Ready, not only there: a driver pod replaced before it loaded its module leaves none loaded, and then nothing
+    # holds the driver when the version changes.
     wait_for(
-        lambda: set(driver_versions(twin)) == {"gpu-worker-001", HELD},
-        what="the NVIDIADriver's pods on the two selected nodes only",
+        lambda: set(driver_versions(twin)) == {"gpu-worker-001", HELD}
+        and all(driver_loaded(twin, node) for node in ("gpu-worker-001", HELD)),
+        what="the NVIDIADriver's pods on the two selected nodes only, their driver loaded",
         timeout=120,
+        seen=lambda: {node: driver_pod(twin, node) for node in ("gpu-worker-001", HELD)},
     )
     kubectl(twin, "create", "namespace", NS)
     apply(twin, tmp_path, [{
@@ -86,6 +96,7 @@ def held_twin(twin_factory, tmp_path):
         ),
         what=f"gpu-worker-001 upgraded and {HELD} held by the driver in use",
         timeout=300,
+        seen=lambda: (driver_versions(twin), states(twin), driver_pod(twin, HELD), daemon_pods(twin)),
     )
     return twin
 
