@@ -69,6 +69,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     NODES,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    GPU_EVICTION_FILTER,
+    RDMA_EVICTION_FILTER,
+    MaintenanceChoice,
+    drain_spec,
+    resolve_settings,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._redfish import RedfishClient, RedfishSettings
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     MaxUnavailable,
@@ -134,6 +141,8 @@ class RolloutOptions:
     diff: bool = False
     # The alerts gate, asked before each node.
     alerts: Optional[AlertsGate] = None
+    # Drain through the NVIDIA Maintenance Operator (node_maintenance).
+    node_maintenance: MaintenanceChoice = field(default_factory=MaintenanceChoice)
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -608,6 +617,15 @@ def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str,
         undo_other_targets=options.undo,
         at_target_nodes=nothing_to_undo(reports),
         alerts=options.alerts,
+        # The operator evicts GPU and RDMA pods; the drain step after it, the secondary-network pods it cannot see.
+        maintenance=resolve_settings(
+            api,
+            options.node_maintenance,
+            drain=drain_spec(
+                resource_filters=(GPU_EVICTION_FILTER, RDMA_EVICTION_FILTER), timeout=float(options.drain_timeout)
+            ),
+            sleep=min(options.wait_sleep, 5.0),
+        ),
     )
     try:
         rollout = run_rollout(

@@ -43,6 +43,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeApi
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import DAEMONSETS, PODS
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    GPU_EVICTION_FILTER,
+    MaintenanceSettings,
+    drain_spec,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import MaxUnavailable, node_name
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
     KubeRolloutCluster,
@@ -351,6 +356,8 @@ class ManualRun:
     check_mode: bool = False
     # The alerts gate the engine asks before each node it starts (a promote's validate_alert_filter).
     alerts: Optional[AlertsGate] = None
+    # Drain through the NVIDIA Maintenance Operator (its drainSpec is made from the upgradePolicy here).
+    maintenance: Optional[MaintenanceSettings] = None
 
 
 def _step_options(run: ManualRun) -> ManualStepOptions:
@@ -366,6 +373,22 @@ def _step_options(run: ManualRun) -> ManualStepOptions:
         force=bool(deletion.get("force") or drain.get("force")),
         delete_emptydir_data=bool(deletion.get("deleteEmptyDir") or drain.get("deleteEmptyDir")),
     )
+
+
+def maintenance_for(run: ManualRun) -> Optional[MaintenanceSettings]:
+    """The Maintenance Operator request for this run: it drains the node's GPU pods (k8s-operator-libs' eviction
+    filter for the GPU Operator) with the upgradePolicy's timeout, force and emptyDir settings; the evict step
+    after it takes the GPU consumers that request no GPU, which a resource filter cannot see."""
+    if run.maintenance is None:
+        return None
+    options = _step_options(run)
+    spec = drain_spec(
+        resource_filters=(GPU_EVICTION_FILTER,),
+        timeout=options.eviction_timeout,
+        force=options.force,
+        delete_emptydir=options.delete_emptydir_data,
+    )
+    return dataclasses.replace(run.maintenance, drain=spec, sleep=run.sleep)
 
 
 def wait_for_driver_daemonsets(api: KubeApi, run: ManualRun, *, clock: Any, pause: Any) -> None:
@@ -413,10 +436,12 @@ def run_manual_rollout(api: KubeApi, run: ManualRun, *, clock: Any, pause: Any, 
         undo_other_targets=run.undo_other_targets,
         at_target=chosen.at_target,
     )
-    settings = dataclasses.replace(settings, alerts=run.alerts)
+    settings = dataclasses.replace(settings, alerts=run.alerts, maintenance=maintenance_for(run))
     if not run.check_mode and chosen.targets:
         wait_for_driver_daemonsets(api, run, clock=clock, pause=pause)
-    cluster = KubeRolloutCluster(api, settings=settings, pool_selector=GPU_POOL_SELECTOR, now=now)
+    cluster = KubeRolloutCluster(
+        api, settings=settings, pool_selector=GPU_POOL_SELECTOR, now=now, clock=clock, pause=pause
+    )
     return execute_rollout(
         cluster,
         settings=settings,

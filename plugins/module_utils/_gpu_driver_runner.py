@@ -132,6 +132,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     PODS,
     ResourceRef,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    MaintenanceChoice,
+    resolve_settings,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
@@ -175,6 +179,8 @@ class DriverRolloutOptions:
     gitops_synced: bool = False
     # The alerts gate: while a matching alert fires the nodes not started yet get the skip label.
     alerts: Optional[AlertsGate] = None
+    # Without the upgrade controller: drain through the NVIDIA Maintenance Operator (node_maintenance).
+    node_maintenance: MaintenanceChoice = field(default_factory=MaintenanceChoice)
 
 
 @dataclass
@@ -556,6 +562,7 @@ class DriverRollout:
             undo_other_targets=options.retry_failed_nodes,
             check_mode=options.check_mode,
             alerts=options.alerts,
+            maintenance=resolve_settings(self.api, options.node_maintenance),
         )
         try:
             engine = run_manual_rollout(
@@ -594,10 +601,17 @@ class DriverRollout:
     @staticmethod
     def _manual_halt_message(target: DriverTarget, err: RolloutHaltedError, result: Dict[str, Any]) -> str:
         node = err.node or (result.get("halt", {}).get("failed") or [""])[0]
+        pending = result.get("progress", {}).get("pending") or []
+        if not node:
+            # Nothing failed: the budget (or the Maintenance Operator) let no further node start.
+            return (
+                f"GPU driver rollout to {target.version} (without the upgrade controller) stopped before every node "
+                f"was done: {err.msg}. No node failed; {len(pending)} node(s) not started were not touched. Run the "
+                "same task again to go on from where it stopped"
+            )
         reason = next((f["reason"] for f in result.get("failures", []) if f["node"] == node), "") or err.msg
         if not result.get("failures") and node:
             result["failures"] = [{"node": node, "state": "", "reason": reason}]
-        pending = result.get("progress", {}).get("pending") or []
         return (
             f"GPU driver rollout to {target.version} (without the upgrade controller) halted at node "
             f"{node or '?'}: {reason}. The node stays cordoned; {len(pending)} node(s) not yet started were not "

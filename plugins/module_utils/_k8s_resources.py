@@ -59,3 +59,5 @@ IMAGE_STREAMS = ResourceRef("image.openshift.io/v1", "imagestreams", "ImageStrea
 LEASES = ResourceRef("coordination.k8s.io/v1", "leases", "Lease", True)
 # Argo CD's Application (GitOps mode reads it, never writes it).
 ARGOCD_APPLICATIONS = ResourceRef("argoproj.io/v1alpha1", "applications", "Application", True)
+# The NVIDIA Maintenance Operator's node requests (drains go through it when the cluster serves them).
+NODE_MAINTENANCES = ResourceRef("maintenance.nvidia.com/v1alpha1", "nodemaintenances", "NodeMaintenance", True)

@@ -42,6 +42,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     NODES,
     PODS,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    RDMA_EVICTION_FILTER,
+    MaintenanceChoice,
+    drain_spec,
+    resolve_settings,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_plan import (
     DEFAULT_NAMESPACE,
     MODE_AUTO_UPGRADE,
@@ -143,6 +149,8 @@ class OfedRolloutOptions:
     diff: bool = False
     # The alerts gate, asked before each node (rolling mode).
     alerts: Optional[AlertsGate] = None
+    # Drain through the NVIDIA Maintenance Operator (rolling mode; node_maintenance).
+    node_maintenance: MaintenanceChoice = field(default_factory=MaintenanceChoice)
     # Hazards of a reload on a node (primary interface on ConnectX, storage modules): where read, what is allowed.
     safety: SafetyOptions = field(default_factory=SafetyOptions)
 
@@ -415,9 +423,27 @@ def failures_of(timeline: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     ]
 
 
+def maintenance_drain(options: OfedRolloutOptions) -> Optional[Dict[str, Any]]:
+    """What the Maintenance Operator drains: RDMA pods when secondary-network pods are evicted (the evict step
+    after it takes those it cannot see by resource); nothing (a cordon only) when the module evicts nothing."""
+    if options.pod_selection is None:
+        return None
+    filters = (RDMA_EVICTION_FILTER,) if options.evict_secondary_network else ()
+    return drain_spec(
+        resource_filters=filters,
+        timeout=float(options.eviction_timeout),
+        force=options.evict_force,
+        delete_emptydir=options.evict_delete_emptydir_data,
+        pod_selector="" if options.evict_secondary_network else options.evict_pod_selector,
+    )
+
+
 def run_rolling(api: KubeApi, options: OfedRolloutOptions, view: ClusterView) -> Dict[str, Any]:
-    cluster = MofedRolloutCluster(api, settings=options.settings, pool=view.selection.pool)
-    settings = dataclasses.replace(options.settings, canary_nodes=view.selection.canaries)
+    maintenance = resolve_settings(
+        api, options.node_maintenance, drain=maintenance_drain(options), sleep=options.wait_sleep
+    )
+    settings = dataclasses.replace(options.settings, canary_nodes=view.selection.canaries, maintenance=maintenance)
+    cluster = MofedRolloutCluster(api, settings=settings, pool=view.selection.pool)
     return execute_rollout(
         cluster,
         settings=settings,

@@ -39,6 +39,10 @@ NAMESPACE_KEYS = (LEDGER, GPU_OPERATOR, NETWORK_OPERATOR, SRIOV_OPERATOR, NODE_E
 # Namespaces that are fixed wherever the collection runs.
 FIXED_NAMESPACES = {NODE_EVENTS: "default"}
 
+# Where the NVIDIA Maintenance Operator runs, the rollouts that drain ask it for each node (create a NodeMaintenance,
+# or join another requestor's by patching it), wait for it (get) and give it back (delete, or patch to leave).
+_NODE_MAINTENANCE = ("get", "create", "patch", "delete")
+
 PLAYBOOKS = ("audit", "upgrade", "rehearse", "diagnose", "rbac")
 STAGES = ("canary", "bake", "promote", "rollback")
 GROUPS = ("gpu_operator", "network_operator", "firmware", "openshift", "sriov_operator")
@@ -429,6 +433,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
             _g(UPGRADE_ROLE, _L, "", "events"),
+            # Without the upgrade controller, where the NVIDIA Maintenance Operator runs.
+            _g(UPGRADE_ROLE, _NODE_MAINTENANCE, "maintenance.nvidia.com", "nodemaintenances"),
             _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
             # A fleet-wide run compares held nodes' driver pods with the DaemonSet's newest revision.
             _g(GPU_OPERATOR_ROLE, _L, "apps", "controllerrevisions"),
@@ -452,6 +458,7 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         (
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "mellanox.com", "nicclusterpolicies"),
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
+            _g(UPGRADE_ROLE, _NODE_MAINTENANCE, "maintenance.nvidia.com", "nodemaintenances"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
             _g(UPGRADE_ROLE, ("create",), "", "pods/eviction"),
             _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),
@@ -487,6 +494,7 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         "roles/nic_firmware rollout.yml: nic_firmware_rollout cordons, drains, flashes through the BMC, uncordons",
         (
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
+            _g(UPGRADE_ROLE, _NODE_MAINTENANCE, "maintenance.nvidia.com", "nodemaintenances"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
             _g(UPGRADE_ROLE, ("create",), "", "pods/eviction"),
             _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),

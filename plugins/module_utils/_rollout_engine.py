@@ -30,6 +30,12 @@ steps as named callables. The engine
   (uncordoned unless it was cordoned before, its progress annotations
   removed, an Event) without running a step; a node it left failed after that
   step and not at the target is rolled to this target from the start;
+- drains through the NVIDIA Maintenance Operator when told to
+  (``RolloutSettings.maintenance``, ``_node_maintenance``): the engine then
+  never cordons or uncordons; its first step asks the operator for the node
+  and waits until the operator has cordoned and drained it, its last gives
+  the node back. A request the operator never scheduled is withdrawn, the
+  node released untouched, and the rollout halts without a failed node;
 - returns the timeline: per node, each step with its start, end and outcome.
 """
 
@@ -67,6 +73,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     NODES,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    MaintenanceNotGrantedError,
+    MaintenanceSettings,
+    wait_granted,
+    wait_released,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     CapacityBudget,
@@ -109,6 +121,8 @@ ACTION_SKIP = "skip"
 ACTION_HALT = "halt"
 ACTION_RELEASE = "release"
 STATE_RELEASED = "released"
+# A node the Maintenance Operator never granted: released untouched, and the rollout halts.
+STATE_NOT_GRANTED = "not-granted"
 
 # "rollout-" + name + "-initially-unschedulable" must fit a 63-character annotation name.
 _ROLLOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,28}[a-z0-9])?$")
@@ -360,10 +374,17 @@ class RolloutSettings:
     at_target_nodes: Tuple[str, ...] = ()
     # The alerts gate, asked before each node the rollout would start (None: no gate).
     alerts: Optional[AlertsGate] = None
+    # Drain through the NVIDIA Maintenance Operator (None: the engine cordons and the caller's step drains).
+    maintenance: Optional[MaintenanceSettings] = None
 
     @property
     def keys(self) -> ProgressKeys:
         return ProgressKeys(self.name)
+
+    @property
+    def cordons(self) -> bool:
+        """Whether the engine itself cordons and uncordons (never when the Maintenance Operator does)."""
+        return self.manage_cordon and self.maintenance is None
 
     def steps_before_change(self, step_names: Sequence[str]) -> Tuple[str, ...]:
         """The engine's cordon and the caller's steps before ``changing_step`` (none when it is not set)."""
@@ -596,7 +617,7 @@ def build_plan(
         name
         for name in order
         if start_annotations(objects[name], keys=keys, target=settings.target, moment="")[1]
-        or (not settings.manage_cordon and pool[name].unavailable)
+        or (not settings.cordons and pool[name].unavailable)
     ]
     forecast = simulate_schedule(
         order=order,
@@ -630,6 +651,8 @@ def build_plan(
 
 
 def _cordon_description(settings: RolloutSettings) -> str:
+    if settings.maintenance is not None:
+        return f"mark the node in progress ({settings.keys.state}), then {settings.maintenance.describe()}"
     if not settings.manage_cordon:
         return f"mark the node in progress ({settings.keys.state}); scheduling is left as it is"
     return (
@@ -639,6 +662,11 @@ def _cordon_description(settings: RolloutSettings) -> str:
 
 
 def _uncordon_description(settings: RolloutSettings) -> str:
+    if settings.maintenance is not None:
+        return (
+            "give the node back to the Maintenance Operator (delete the request, or leave another requestor's) and "
+            "wait until it is gone; the operator uncordons once nobody holds the node; mark it done"
+        )
     if not settings.manage_cordon:
         return "mark the node done"
     return "uncordon the node unless it was cordoned before the rollout, mark it done"
@@ -649,7 +677,7 @@ def begin_write(node: Mapping[str, Any], *, settings: RolloutSettings, moment: s
     before = read_progress(node, settings.keys)
     resumed = before.state == STATE_IN_PROGRESS and before.target == settings.target
     annotations, _previous = start_annotations(node, keys=settings.keys, target=settings.target, moment=moment)
-    cordon = settings.manage_cordon and not node_is_unschedulable(node)
+    cordon = settings.cordons and not node_is_unschedulable(node)
     return NodeWrite(
         annotations=annotations,
         unschedulable=True if cordon else None,
@@ -668,7 +696,7 @@ def step_write(*, settings: RolloutSettings, step: str, moment: str) -> NodeWrit
 def finish_write(node: Mapping[str, Any], *, settings: RolloutSettings, moment: str) -> NodeWrite:
     """Mark done; uncordon unless the node was cordoned before the rollout came."""
     progress = read_progress(node, settings.keys)
-    release = settings.manage_cordon and node_is_unschedulable(node) and not progress.initially_unschedulable
+    release = settings.cordons and node_is_unschedulable(node) and not progress.initially_unschedulable
     kept = " (left cordoned: it was cordoned before the rollout)" if progress.initially_unschedulable else ""
     return NodeWrite(
         annotations=done_annotations(keys=settings.keys, moment=moment),
@@ -681,7 +709,7 @@ def release_write(node: Mapping[str, Any], *, settings: RolloutSettings) -> Node
     """Undo the rollout's marks on a node it stopped before changing it: the progress annotations go, and the
     node is uncordoned unless it was cordoned before the rollout came (nothing else was done to it)."""
     progress = read_progress(node, settings.keys)
-    release = settings.manage_cordon and node_is_unschedulable(node) and not progress.initially_unschedulable
+    release = settings.cordons and node_is_unschedulable(node) and not progress.initially_unschedulable
     keys = settings.keys
     progress_keys = (
         keys.state,
@@ -726,11 +754,11 @@ class RolloutCluster(Protocol):
 
     def pool_nodes(self) -> List[Dict[str, Any]]: ...
 
-    def begin_node(self, name: str) -> None: ...
+    def begin_node(self, name: str) -> Optional[Mapping[str, Any]]: ...
 
     def record_step(self, name: str, step: str) -> None: ...
 
-    def finish_node(self, name: str) -> None: ...
+    def finish_node(self, name: str) -> Optional[Mapping[str, Any]]: ...
 
     def fail_node(self, name: str, *, step: str, reason: str) -> None: ...
 
@@ -752,43 +780,61 @@ class KubeRolloutCluster:
         settings: RolloutSettings,
         pool_selector: str = "",
         now: Optional[Callable[[], datetime.datetime]] = None,
+        clock: Callable[[], float] = time.monotonic,
+        pause: Callable[[float], None] = time.sleep,
     ) -> None:
         self.api = api
         self.settings = settings
         self.pool_selector = pool_selector
         # One clock: the progress annotations (started-at, finished-at) carry the cluster's time.
         self.now = now or api.cluster_now
+        # The waits for the Maintenance Operator.
+        self.clock = clock
+        self.pause = pause
         self.warnings: List[str] = []
 
     def pool_nodes(self) -> List[Dict[str, Any]]:
         return self.api.list(NODES, label_selector=self.pool_selector or None)
 
-    def begin_node(self, name: str) -> None:
-        """One write guarded by resourceVersion: the initial state is read from the node it applies to."""
+    def begin_node(self, name: str) -> Optional[Mapping[str, Any]]:
+        """One write guarded by resourceVersion: the initial state is read from the node it applies to. Then,
+        with the Maintenance Operator, the request for the node, granted once it is cordoned and drained."""
         for attempt in range(self._CONFLICT_RETRIES):
             node = get_node(self.api, name)
             write = begin_write(node, settings=self.settings, moment=iso(self.now()))
             try:
                 self._apply(name, write, resource_version=node["metadata"].get("resourceVersion"))
-                return
+                break
             except KubeApiError as err:
                 # Someone else changed the node between our read and our write: read again.
                 if err.status != 409 or attempt == self._CONFLICT_RETRIES - 1:
                     raise
+        if self.settings.maintenance is None:
+            return None
+        return wait_granted(self.api, self.settings.maintenance, name, clock=self.clock, pause=self.pause)
 
     def record_step(self, name: str, step: str) -> None:
         self._apply(name, step_write(settings=self.settings, step=step, moment=iso(self.now())))
 
-    def finish_node(self, name: str) -> None:
+    def finish_node(self, name: str) -> Optional[Mapping[str, Any]]:
+        detail = self._give_back(name)
         node = get_node(self.api, name)
         self._apply(name, finish_write(node, settings=self.settings, moment=iso(self.now())))
+        return detail
 
     def fail_node(self, name: str, *, step: str, reason: str) -> None:
         self._apply(name, fail_write(settings=self.settings, step=step, reason=reason, moment=iso(self.now())))
 
     def release_node(self, name: str) -> None:
+        self._give_back(name)
         node = get_node(self.api, name)
         self._apply(name, release_write(node, settings=self.settings))
+
+    def _give_back(self, name: str) -> Optional[Mapping[str, Any]]:
+        """With the Maintenance Operator: end our request for the node (its uncordon is the operator's)."""
+        if self.settings.maintenance is None:
+            return None
+        return wait_released(self.api, self.settings.maintenance, name, clock=self.clock, pause=self.pause)
 
     def hold_node(self, name: str, message: str) -> None:
         """A Normal Event on a node the rollout holds before (kubectl describe says why it waits)."""
@@ -869,6 +915,14 @@ class _NodeWorker:
             current = UNCORDON_STEP
             self._timed(run, UNCORDON_STEP, lambda: self.cluster.finish_node(name))
             run.outcome = STATE_DONE
+        except MaintenanceNotGrantedError as err:
+            # The operator never scheduled the node, and the request is withdrawn: nothing was done to it.
+            run.outcome = STATE_NOT_GRANTED
+            run.error = err.msg
+            try:
+                self.cluster.release_node(name)
+            except GpuFleetError as release_err:
+                run.error += f" (and its progress marks could not be taken off: {release_err.msg})"
         except Exception as err:  # pylint: disable=broad-except
             # Broad on purpose: whatever stopped a step (an odd BMC payload, a bug), the node must end up
             # marked failed, with a Warning Event, and halt the rollout, not look merely interrupted.
@@ -1005,9 +1059,12 @@ def execute_rollout(
     runs = progress.runs
     halt_reason = progress.halt_reason
     failed = [run for run in runs if run.outcome == STATE_FAILED]
+    not_granted = [run for run in runs if run.outcome == STATE_NOT_GRANTED]
     if failed and not halt_reason:
         first = failed[0]
         halt_reason = f"node {first.node} failed at step {first.failed_step}: {first.error}"
+    elif not_granted and not halt_reason:
+        halt_reason = f"node {not_granted[0].node} was not started: {not_granted[0].error}"
     waiting = dict(progress.last_decision.waiting) if halt_reason else {}
     result.update(_summary(plan, runs=runs, waiting=waiting))
     result.update(
@@ -1180,6 +1237,7 @@ def _summary(plan: RolloutPlan, *, runs: Sequence[NodeRun], waiting: Mapping[str
         for name in plan.skipped
     ]
     not_started = [name for name in plan.order if name not in started]
+    not_granted = [run.node for run in runs if run.outcome == STATE_NOT_GRANTED]
     timeline += [
         NodeRun(
             node=name,
@@ -1194,7 +1252,7 @@ def _summary(plan: RolloutPlan, *, runs: Sequence[NodeRun], waiting: Mapping[str
         "nodes_failed": [run.node for run in runs if run.outcome == STATE_FAILED] + list(plan.halted_by),
         "nodes_released": [run.node for run in runs if run.outcome == STATE_RELEASED],
         "nodes_skipped": list(plan.skipped),
-        "nodes_not_started": not_started,
+        "nodes_not_started": not_granted + not_started,
         "max_unavailable": plan.budget.max_unavailable,
         "timeline": timeline,
     }

@@ -50,6 +50,7 @@ author:
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.alerts
+  - gpufleet.upgrade.node_maintenance
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
   - gpufleet.upgrade.wait.sleep
@@ -362,6 +363,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
     run_module,
     wait_argument_spec,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    maintenance_choice_from_params,
+    node_maintenance_suboptions,
+)
 
 
 def argument_spec():
@@ -389,7 +394,7 @@ def argument_spec():
         gitops_synced={"type": "bool", "default": False},
     )
     spec.update(wait_argument_spec())
-    spec.update(alerts=alerts_gate_suboptions())
+    spec.update(alerts=alerts_gate_suboptions(), node_maintenance=node_maintenance_suboptions())
     return spec
 
 
@@ -415,6 +420,7 @@ def rollout_options(module):
         gitops_managed=tuple(params["gitops_managed"]),
         gitops_synced=params["gitops_synced"],
         alerts=alerts_gate_from_params(params["alerts"]),
+        node_maintenance=maintenance_choice_from_params(params["node_maintenance"]),
     )
 
 

@@ -32,6 +32,7 @@ author:
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.alerts
+  - gpufleet.upgrade.node_maintenance
   - gpufleet.upgrade.redfish
   - gpufleet.upgrade.firmware_components
   - gpufleet.upgrade.wait.sleep
@@ -283,6 +284,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import (
     alerts_gate_from_params,
     alerts_gate_suboptions,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    maintenance_choice_from_params,
+    node_maintenance_suboptions,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import component_specs
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_rollout import (
@@ -347,6 +352,7 @@ def argument_spec():
         preflight_only={"type": "bool", "default": False},
         undo={"type": "bool", "default": False},
         alerts=alerts_gate_suboptions(),
+        node_maintenance=node_maintenance_suboptions(),
     )
     return spec
 
@@ -407,6 +413,7 @@ def rollout_options(module):
         check_mode=module.check_mode,
         diff=module._diff,
         alerts=alerts_gate_from_params(params["alerts"]),
+        node_maintenance=maintenance_choice_from_params(params["node_maintenance"]),
     )
 
 

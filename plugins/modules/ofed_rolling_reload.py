@@ -40,6 +40,7 @@ author:
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.alerts
+  - gpufleet.upgrade.node_maintenance
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
   - gpufleet.upgrade.wait.sleep
@@ -338,6 +339,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import (
     alerts_gate_from_params,
     alerts_gate_suboptions,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    maintenance_choice_from_params,
+    node_maintenance_suboptions,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
@@ -393,6 +398,7 @@ def argument_spec():
         storage_modules_selector={"type": "str", "default": STORAGE_MODULES_SELECTOR},
         allow_storage_modules_reload={"type": "bool", "default": False},
         alerts=alerts_gate_suboptions(),
+        node_maintenance=node_maintenance_suboptions(),
     )
     spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=5.0))
     return spec
@@ -433,6 +439,7 @@ def rollout_options(module):
         check_mode=module.check_mode,
         diff=module._diff,
         alerts=alerts_gate_from_params(params["alerts"]),
+        node_maintenance=maintenance_choice_from_params(params["node_maintenance"]),
         safety=SafetyOptions(
             primary_interface_label=params["primary_interface_label"] or "",
             storage_modules_selector=params["storage_modules_selector"] or "",

@@ -66,8 +66,10 @@ def held_twin(twin_factory, tmp_path):
     # Ready, not only there: a driver pod replaced before it loaded its module leaves none loaded, and then nothing
     # holds the driver when the version changes.
     wait_for(
-        lambda: set(driver_versions(twin)) == {"gpu-worker-001", HELD}
-        and all(driver_loaded(twin, node) for node in ("gpu-worker-001", HELD)),
+        lambda: (
+            set(driver_versions(twin)) == {"gpu-worker-001", HELD}
+            and all(driver_loaded(twin, node) for node in ("gpu-worker-001", HELD))
+        ),
         what="the NVIDIADriver's pods on the two selected nodes only, their driver loaded",
         timeout=120,
         seen=lambda: {node: driver_pod(twin, node) for node in ("gpu-worker-001", HELD)},

@@ -23,6 +23,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     InvalidInputError,
     RolloutHaltedError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    MaintenanceNotGrantedError,
+    MaintenanceSettings,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import node_is_unavailable
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine import (
     ACTION_HALT,
@@ -30,6 +34,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     ACTION_RESUME,
     ACTION_RUN,
     ACTION_SKIP,
+    STATE_NOT_GRANTED,
     NodeProgress,
     NodeStep,
     NodeWrite,
@@ -834,3 +839,59 @@ def test_the_alerts_gate_halts_before_the_next_node_naming_the_alerts_and_starts
     assert result["held_by_alerts"] == ["GPUXidError{node=x}"]
     assert log.nodes_that_ran("reload") == ["a"]
     assert not any(name in ("b", "c") for name, _write in cluster.writes), "the halt changes nothing further"
+
+
+# -- through the NVIDIA Maintenance Operator ----------------------------------------------------------------
+
+MAINTENANCE = MaintenanceSettings(requestor_id="gpufleet.upgrade")
+
+
+def test_with_the_operator_the_engine_never_cordons_or_uncordons():
+    with_operator = settings(maintenance=MAINTENANCE)
+    node = make_node("n1")
+    assert begin_write(node, settings=with_operator, moment="t").unschedulable is None
+    assert begin_write(node, settings=settings(), moment="t").unschedulable is True
+    cordoned = make_node("n1", cordoned=True)
+    assert finish_write(cordoned, settings=with_operator, moment="t").unschedulable is None
+    assert release_write(cordoned, settings=with_operator).unschedulable is None
+    assert finish_write(cordoned, settings=settings(), moment="t").unschedulable is False
+
+
+class NotGrantedOn(MemoryCluster):
+    """The operator grants every node but one; the begin of that one fails as wait_granted does."""
+
+    def __init__(self, nodes, *, refused: str, **kwargs) -> None:
+        super().__init__(nodes, **kwargs)
+        self.refused = refused
+        self.released: list[str] = []
+
+    def begin_node(self, name: str) -> None:
+        super().begin_node(name)
+        if name == self.refused:
+            raise MaintenanceNotGrantedError(f"The NVIDIA Maintenance Operator did not schedule node {name}")
+
+    def release_node(self, name: str) -> None:
+        self.released.append(name)
+        super().release_node(name)
+
+
+def test_a_node_the_operator_never_granted_is_released_untouched_and_halts_without_a_failure():
+    cluster = NotGrantedOn(
+        [make_node("n1"), make_node("n2"), make_node("n3")],
+        refused="n2",
+        settings=settings(maintenance=MAINTENANCE, max_parallel=1, max_unavailable=1),
+    )
+    log = StepLog()
+    with pytest.raises(RolloutHaltedError) as caught:
+        run(cluster, ["n1", "n2", "n3"], log.steps())
+    result = caught.value.result
+    assert caught.value.node == ""
+    assert "node n2 was not started: The NVIDIA Maintenance Operator did not schedule node n2" in caught.value.msg
+    assert result["nodes_done"] == ["n1"] and result["nodes_failed"] == []
+    assert result["nodes_not_started"] == ["n2", "n3"]
+    outcomes = {row["node"]: row["outcome"] for row in result["timeline"]}
+    assert outcomes == {"n1": "done", "n2": STATE_NOT_GRANTED, "n3": "not-started"}
+    assert log.nodes_that_ran("reload") == ["n1"], "no step ran on the node the operator never granted"
+    assert cluster.released == ["n2"]
+    assert cluster.state("n2").state == "" and KEYS.state not in cluster.nodes["n2"]["metadata"]["annotations"]
+    assert not any(cluster.cordoned(name) for name in ("n1", "n2", "n3")), "the engine cordoned nothing"

@@ -1,0 +1,123 @@
+"""Drains through the NVIDIA Maintenance Operator: the driver rollout without the upgrade controller shares one
+cluster-wide budget with another requestor, against the twin (its Maintenance Operator on, real ansible-playbook
+runs of clusterpolicy_upgrade over HTTPS).
+
+The operator's MaintenanceOperatorConfig allows one node under maintenance at a time. Another requestor (the
+Network Operator's ID) holds gpu-worker-001, the first in the rollout's order, with a NodeMaintenance under the
+shared name. The collection's own budget (the ClusterPolicy's maxUnavailable 2) would let it take a second node;
+the operator's does not:
+
+1. The first run joins the other requestor's request on gpu-worker-001 (its ID in additionalRequestors), upgrades
+   that node while it is held, and leaves the request to its owner. Its request for the next node stays Pending,
+   so after node_maintenance.timeout it is withdrawn and the run halts: no node failed, nothing of its own is left
+   (no NodeMaintenance, no progress marks on the untouched node), the held node stays cordoned for its owner.
+2. The other requestor finishes (deletes its request; the operator uncordons). The same run again upgrades the
+   rest, one node at a time as the operator grants them, and leaves no request and no cordoned node behind.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import kubectl
+from .test_clusterpolicy_upgrade import (
+    NEW,
+    driver_versions,
+    get_json,
+    gpu_nodes,
+    max_unavailable_at_once,
+    run_module,
+    settled_policy,
+    wait_for,
+)
+from .test_clusterpolicy_upgrade import twin_factory as start_twin_fixture
+from .test_doctor import apply
+from .test_gpu_driver_without_controller import PROGRESS, turn_the_controller_off
+
+pytestmark = pytest.mark.slow
+twin_factory = start_twin_fixture
+
+HELD = "gpu-worker-001"
+OTHER = "nvidia.network.operator"
+OURS = "gpufleet.upgrade"
+SHARED_NAME = f"nvidia-operator-{HELD}"
+
+
+def node_maintenances(twin) -> dict[str, dict]:
+    return {item["metadata"]["name"]: item for item in get_json(twin, "nodemaintenances", "-A")["items"]}
+
+
+def ready_reason(obj: dict) -> str:
+    return next((c.get("reason", "") for c in obj.get("status", {}).get("conditions", []) if c["type"] == "Ready"), "")
+
+
+def cordoned(twin) -> set[str]:
+    return {name for name, node in gpu_nodes(twin).items() if node["spec"].get("unschedulable")}
+
+
+def test_a_rollout_shares_the_maintenance_operators_budget_with_another_requestor(twin_factory, tmp_path):
+    scenario = {
+        "nodes": 4,
+        "profile": "openshift",
+        "workloads": False,
+        # A day: the operator's garbage collector would end the other requestor's request after the default hour
+        # (six seconds at the twin's pace); ours carry the annotation that exempts them.
+        "maintenance_operator": {
+            "maxParallelOperations": 2,
+            "maxUnavailable": 1,
+            "maxNodeMaintenanceTimeSeconds": 86400,
+        },
+    }
+    twin = twin_factory(nodes=4, scenario=scenario)
+    old = turn_the_controller_off(twin)
+    assert old != NEW
+    other = {
+        "apiVersion": "maintenance.nvidia.com/v1alpha1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": SHARED_NAME, "namespace": "default"},
+        "spec": {"requestorID": OTHER, "nodeName": HELD, "cordon": True},
+    }
+    apply(twin, tmp_path, [other])
+    wait_for(lambda: ready_reason(node_maintenances(twin)[SHARED_NAME]) == "Ready", what="the other requestor's node")
+    assert cordoned(twin) == {HELD}
+    twin.admin("POST", "report/reset")
+
+    args = {
+        "driver": {"version": NEW},
+        "upgrade_policy": {"maxUnavailable": 2},
+        "node_maintenance": {"timeout": 20},
+    }
+    run, result = run_module(twin, tmp_path, args)
+    assert run.returncode != 0, run.output[-3000:]
+    assert "was not started" in result["msg"] and "did not schedule NodeMaintenance" in result["msg"], result["msg"]
+    assert "kubectl get nodemaintenances -A" in result["msg"]
+    assert driver_versions(twin)[HELD] == NEW, "the held node was upgraded while the other requestor held it"
+    timeline = {row["node"]: row for row in result["rollout"]["timeline"]}
+    assert timeline[HELD]["outcome"] == "done", timeline[HELD]
+    assert timeline[HELD]["steps"][0]["detail"]["request"] == "join"
+    assert timeline[HELD]["steps"][-1]["detail"] == {"release": "leave"}
+    assert result["rollout"]["nodes_failed"] == []
+    (withdrawn,) = [row["node"] for row in timeline.values() if row["outcome"] == "not-granted"]
+    assert withdrawn in result["rollout"]["nodes_not_started"]
+    # What is left: the other requestor's request only, without our ID; the held node cordoned for its owner; the
+    # withdrawn node untouched (no progress marks, schedulable, its old driver).
+    left = node_maintenances(twin)
+    assert list(left) == [SHARED_NAME] and left[SHARED_NAME]["spec"].get("additionalRequestors", []) == []
+    assert cordoned(twin) == {HELD}
+    nodes = gpu_nodes(twin)
+    assert PROGRESS not in nodes[withdrawn]["metadata"].get("annotations", {})
+    assert driver_versions(twin)[withdrawn] == old
+    assert max_unavailable_at_once(twin.report()) == 1, "the operator never let a second node go"
+
+    # The other requestor finishes; the operator uncordons the node. The same run again finishes the rollout.
+    kubectl(twin, "delete", "nodemaintenance", SHARED_NAME, "-n", "default")
+    wait_for(lambda: not cordoned(twin), what="the operator to uncordon the node its requestors gave back")
+    twin.admin("POST", "report/reset")
+    run, result = run_module(twin, tmp_path, {**args, "node_maintenance": {"timeout": 240}})
+    assert run.returncode == 0, run.output[-3000:]
+    assert set(driver_versions(twin).values()) == {NEW}
+    requests = {row["node"]: row["steps"][0]["detail"]["request"] for row in result["rollout"]["timeline"]}
+    assert set(requests.values()) == {"create"} and HELD not in requests, requests
+    assert node_maintenances(twin) == {} and not cordoned(twin)
+    assert max_unavailable_at_once(twin.report()) == 1
+    assert settled_policy(twin)["spec"]["driver"]["upgradePolicy"]["autoUpgrade"] is False
