@@ -65,6 +65,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
     free_gpus,
     gpus_missing,
     pod_gpus,
+    read_dra_gpus,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_objects import (
     describe_object,
@@ -795,6 +796,7 @@ def node_gate_blocker(
     *,
     pods: Sequence[Mapping[str, Any]] = (),
     gpus_needed: int = 0,
+    dra: Optional[Mapping[str, int]] = None,
 ) -> str:
     """Why the node cannot take its gates yet ('' when it can): gone, not Ready, fewer GPUs allocatable than
     it has (the device plugin is not back after a driver change), its GPU Operator validator not Ready, or
@@ -809,12 +811,12 @@ def node_gate_blocker(
         if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
             return f"the GPU Operator validator {describe_object(pod)} is not Ready"
     name = str(object_field(node, "metadata").get("name") or "")
-    free = free_gpus([node], pods).get(name, 0)
+    free = free_gpus([node], pods, dra).get(name, 0)
     if free < gpus_needed:
         holders = sorted(
-            f"{describe_object(pod)} ({pod_gpus(pod)})"
+            f"{describe_object(pod)} ({pod_gpus(pod, dra)})"
             for pod in pods
-            if pod_gpus(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            if pod_gpus(pod, dra) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         )
         return f"{free} {GPU_RESOURCE} free, the gates need {gpus_needed}; held by {', '.join(holders) or 'nothing'}"
     return ""
@@ -839,7 +841,8 @@ def wait_for_gate_node(
             )
         needed = gates_gpus(gates, settings=settings)
         pods = api.list(PODS, field_selector=f"spec.nodeName={node}") if needed else []
-        return node_gate_blocker(api.get(NODES, node), validators, pods=pods, gpus_needed=needed)
+        dra = read_dra_gpus(api, pods)
+        return node_gate_blocker(api.get(NODES, node), validators, pods=pods, gpus_needed=needed, dra=dra)
 
     what = f"node {node} to offer its GPUs and pass its validator"
     try:

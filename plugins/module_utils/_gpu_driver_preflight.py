@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
     describe_pdb,
     pdbs_covering_pod,
+    pod_gpus,
     pod_key,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
@@ -88,6 +89,8 @@ class PreflightInput:
     # False: no upgrade controller moves the driver (autoUpgrade false, or an operator that predates it); the
     # module replaces the driver pods itself.
     upgrade_controller: bool = True
+    # GPUs pods hold through Dynamic Resource Allocation claims (_k8s_nodes.dra_gpus_by_pod).
+    dra_gpus: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,19 +112,6 @@ class Preflight:
             "findings": [finding.as_dict() for finding in self.findings],
             "summary": dict(self.summary),
         }
-
-
-def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """GPUs a pod holds: per container the larger of request and limit, summed (init containers run alone)."""
-    spec = pod.get("spec") or {}
-    total = 0
-    for container in spec.get("containers") or []:
-        resources = container.get("resources") or {}
-        total += max(
-            gpu_quantity((resources.get("requests") or {}).get(GPU_RESOURCE)),
-            gpu_quantity((resources.get("limits") or {}).get(GPU_RESOURCE)),
-        )
-    return total
 
 
 def _unavailable(node: Mapping[str, Any]) -> bool:
@@ -318,7 +308,7 @@ def _gpu_use(data: PreflightInput) -> Dict[str, int]:
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         if not node or (pod.get("status") or {}).get("phase") in _FINISHED:
             continue
-        used[node] = used.get(node, 0) + pod_gpus(pod)
+        used[node] = used.get(node, 0) + pod_gpus(pod, data.dra_gpus)
     return used
 
 
@@ -358,7 +348,11 @@ def _pdb_findings(
     blocked: Dict[str, List[str]] = {}
     for pod in data.pods:
         node = str((pod.get("spec") or {}).get("nodeName") or "")
-        if node not in pending_set or pod_gpus(pod) == 0 or (pod.get("status") or {}).get("phase") in _FINISHED:
+        if (
+            node not in pending_set
+            or pod_gpus(pod, data.dra_gpus) == 0
+            or (pod.get("status") or {}).get("phase") in _FINISHED
+        ):
             continue
         for pdb in pdbs_covering_pod(data.pdbs, pod):
             if int((pdb.get("status") or {}).get("disruptionsAllowed") or 0) <= 0:

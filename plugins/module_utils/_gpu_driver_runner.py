@@ -119,7 +119,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_events import record_event
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import PodSelection, drain_pods, patch_node
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
+    PodSelection,
+    drain_pods,
+    patch_node,
+    read_dra_gpus,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
     CONTROLLER_REVISIONS,
@@ -318,7 +323,13 @@ class DriverRollout:
             if err.status != 404:
                 raise
             pools = None  # not OpenShift: no MachineConfigPools
-        return {"daemonsets": daemonsets, "pods": pods, "pdbs": pdbs, "pools": pools}
+        return {
+            "daemonsets": daemonsets,
+            "pods": pods,
+            "pdbs": pdbs,
+            "pools": pools,
+            "dra": read_dra_gpus(self.api, pods),
+        }
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
@@ -406,6 +417,7 @@ class DriverRollout:
                 driver_pods=tuple(cluster.driver_pods),
                 driver_daemonsets=tuple(extras["daemonsets"]),
                 pods=tuple(extras["pods"]),
+                dra_gpus=extras["dra"],
                 pdbs=tuple(extras["pdbs"]),
                 machine_config_pools=None if extras["pools"] is None else tuple(extras["pools"]),
                 targets=plan.targets,

@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     NODES,
     PDBS,
     PODS,
+    RESOURCE_CLAIMS,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
     node_is_ready,
@@ -45,6 +46,8 @@ GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 GPU_RESOURCE = "nvidia.com/gpu"
 # Multus: pods attached to secondary networks name them in this annotation.
 MULTUS_NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+# NVIDIA's DRA driver for GPUs (NVIDIA/k8s-dra-driver-gpu) allocates GPUs to ResourceClaims under this driver name.
+DRA_GPU_DRIVER = "gpu.nvidia.com"
 # Static pods appear in the API as mirror pods carrying this annotation; the
 # API cannot delete them for good, so kubectl drain leaves them.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
@@ -224,27 +227,33 @@ def _gpu_count(value: Any) -> int:
         return 0
 
 
-def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """``nvidia.com/gpu`` the pod's containers ask for; for an extended resource the request equals the limit
-    when only the limit is set, as the API server defaults it."""
-    asked = 0
+def pod_gpus(pod: Mapping[str, Any], dra: Optional[Mapping[str, int]] = None) -> int:
+    """``nvidia.com/gpu`` the pod's containers hold: per container the larger of request and limit (for an
+    extended resource the API server makes them equal, defaulting the request to the limit), summed; init
+    containers run alone. With ``dra`` (``dra_gpus_by_pod``), plus the GPUs its Dynamic Resource Allocation
+    claims were allocated."""
+    held = (dra or {}).get(pod_key(pod), 0)
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
-        amount = (resources.get("requests") or {}).get(GPU_RESOURCE) or (resources.get("limits") or {}).get(
-            GPU_RESOURCE
+        held += max(
+            _gpu_count((resources.get("requests") or {}).get(GPU_RESOURCE)),
+            _gpu_count((resources.get("limits") or {}).get(GPU_RESOURCE)),
         )
-        asked += _gpu_count(amount)
-    return asked
+    return held
 
 
-def free_gpus(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> Dict[str, int]:
-    """GPUs left per node: allocatable ``nvidia.com/gpu`` minus what the node's unfinished pods ask for."""
+def free_gpus(
+    nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], dra: Optional[Mapping[str, int]] = None
+) -> Dict[str, int]:
+    """GPUs left per node: allocatable ``nvidia.com/gpu`` minus what the node's unfinished pods ask for (and, with
+    ``dra``, were allocated through their claims; a claim two pods share counts for each, which errs on the side
+    of fewer free GPUs)."""
     used: Dict[str, int] = {}
     for pod in pods:
         spec = pod.get("spec") or {}
         if (pod.get("status") or {}).get("phase") in _FINISHED_PHASES or not spec.get("nodeName"):
             continue
-        used[spec["nodeName"]] = used.get(spec["nodeName"], 0) + pod_gpus(pod)
+        used[spec["nodeName"]] = used.get(spec["nodeName"], 0) + pod_gpus(pod, dra)
     free = {}
     for node in nodes:
         name = str((node.get("metadata") or {}).get("name") or "")
@@ -280,6 +289,48 @@ def pod_uses_gpus_unrequested(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def pod_claim_names(pod: Mapping[str, Any]) -> List[str]:
+    """The ResourceClaims the pod uses: named in ``spec.resourceClaims``, or made from a template for it (the
+    claim's name is in ``status.resourceClaimStatuses``)."""
+    made = {
+        str(status.get("name")): str(status.get("resourceClaimName") or "")
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        if isinstance(status, Mapping)
+    }
+    names = []
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if isinstance(ref, Mapping):
+            name = str(ref.get("resourceClaimName") or made.get(str(ref.get("name"))) or "")
+            if name:
+                names.append(name)
+    return names
+
+
+def claim_gpu_devices(claim: Mapping[str, Any]) -> int:
+    """Devices NVIDIA's DRA driver for GPUs allocated to the claim (``status.allocation.devices.results``)."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or ()
+    return sum(1 for result in results if isinstance(result, Mapping) and result.get("driver") == DRA_GPU_DRIVER)
+
+
+def dra_gpus_by_pod(pods: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]]) -> Dict[str, int]:
+    """Pod (namespace/name) -> GPUs allocated to it through Dynamic Resource Allocation: such pods request no
+    ``nvidia.com/gpu`` yet use the GPUs, keep the driver loaded and take capacity (gpu-operator #2570)."""
+    devices = {
+        (str((claim.get("metadata") or {}).get("namespace")), str((claim.get("metadata") or {}).get("name"))): (
+            claim_gpu_devices(claim)
+        )
+        for claim in claims
+    }
+    found = {}
+    for pod in pods:
+        namespace = str((pod.get("metadata") or {}).get("namespace"))
+        count = sum(devices.get((namespace, name), 0) for name in pod_claim_names(pod))
+        if count:
+            found[pod_key(pod)] = count
+    return found
+
+
 def pod_uses_secondary_network(pod: Mapping[str, Any]) -> bool:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     value = str(annotations.get(MULTUS_NETWORKS_ANNOTATION) or "").strip()
@@ -293,11 +344,13 @@ def pod_controller(pod: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
     return None
 
 
-def _selected_because(pod: Mapping[str, Any], selection: PodSelection) -> str:
+def _selected_because(pod: Mapping[str, Any], selection: PodSelection, dra: Mapping[str, int]) -> str:
     if selection.all_pods:
         return "all pods"
     if selection.gpu and pod_requests_gpu(pod):
         return "requests GPUs"
+    if selection.gpu and dra.get(pod_key(pod)):
+        return f"holds GPUs through a Dynamic Resource Allocation claim ({DRA_GPU_DRIVER})"
     if selection.gpu_consumers and pod_uses_gpus_unrequested(pod):
         return "uses the GPUs without requesting them"
     if selection.secondary_network and pod_uses_secondary_network(pod):
@@ -308,8 +361,11 @@ def _selected_because(pod: Mapping[str, Any], selection: PodSelection) -> str:
     return ""
 
 
-def pods_to_evict(pods: Sequence[Mapping[str, Any]], *, selection: PodSelection) -> PodEvictionPlan:
-    """Which pods of a node must leave, following kubectl drain's filters.
+def pods_to_evict(
+    pods: Sequence[Mapping[str, Any]], *, selection: PodSelection, dra: Optional[Mapping[str, int]] = None
+) -> PodEvictionPlan:
+    """Which pods of a node must leave, following kubectl drain's filters. ``dra`` (``dra_gpus_by_pod``): pods
+    holding GPUs through DRA claims are GPU pods.
 
     Left on the node: mirror pods, DaemonSet pods (their controller would put
     them straight back), finished pods (they hold no device), exempt pods, and
@@ -338,7 +394,7 @@ def pods_to_evict(pods: Sequence[Mapping[str, Any]], *, selection: PodSelection)
         if selection.exempt_label and (meta.get("labels") or {}).get(selection.exempt_label) == "true":
             skipped.append((key, f"exempt ({selection.exempt_label}=true)"))
             continue
-        if not _selected_because(pod, selection):
+        if not _selected_because(pod, selection, dra or {}):
             skipped.append((key, "not selected"))
             continue
         if meta.get("deletionTimestamp"):
@@ -540,6 +596,21 @@ def list_pods_on_node(
     )
 
 
+def read_dra_gpus(api: KubeApi, pods: Sequence[Mapping[str, Any]]) -> Dict[str, int]:
+    """``dra_gpus_by_pod`` for these pods, reading the ResourceClaims of the namespaces where a pod names one
+    (no request when none does; none is held where the cluster serves no ``resource.k8s.io/v1``)."""
+    namespaces = sorted({str((pod.get("metadata") or {}).get("namespace")) for pod in pods if pod_claim_names(pod)})
+    claims: List[Dict[str, Any]] = []
+    for namespace in namespaces:
+        try:
+            claims += api.list(RESOURCE_CLAIMS, namespace=namespace)
+        except KubeApiError as err:
+            if err.status == 404:
+                return {}
+            raise
+    return dra_gpus_by_pod(pods, claims)
+
+
 def evict_pods(
     api: KubeApi,
     node_name: str,
@@ -645,7 +716,9 @@ def drain_pods(
     Blocked pods (no controller, emptyDir data) halt before anything is evicted.
     """
     started = clock()
-    plan = pods_to_evict(list_pods_on_node(api, node_name), selection=selection)
+    pods = list_pods_on_node(api, node_name)
+    dra = read_dra_gpus(api, pods) if selection.gpu else {}
+    plan = pods_to_evict(pods, selection=selection, dra=dra)
     if plan.blocked:
         reasons = "; ".join(f"{key}: {why}" for key, why in plan.blocked)
         raise RolloutHaltedError(

@@ -32,7 +32,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import free_gpus
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import free_gpus, read_dra_gpus
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CONFIGMAPS,
     NODES,
@@ -987,7 +987,7 @@ def sample_nodes_now(
 
 def _free_gpus_now(api: KubeApi, nodes: Sequence[Mapping[str, Any]]) -> Dict[str, int]:
     pods = api.list(PODS, field_selector="status.phase!=Succeeded,status.phase!=Failed", page_size=5000)
-    return free_gpus(nodes, pods)
+    return free_gpus(nodes, pods, read_dra_gpus(api, pods))
 
 
 def _changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> List[Dict[str, Any]]:

@@ -319,6 +319,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         "roles/upgrade main.yml: upgrade_ledger plan (the GPU nodes, the ledger ConfigMap)",
         (
             _g(UPGRADE_ROLE, _L, "", "nodes"),
+            # Pods that hold GPUs through Dynamic Resource Allocation: their claims, where a pod names one.
+            _g(UPGRADE_ROLE, _L, "resource.k8s.io", "resourceclaims"),
             _g(LEDGER_ROLE, _R, "", "configmaps"),
         ),
     ),
@@ -360,6 +362,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         (
             _g(UPGRADE_ROLE, _L, "", "nodes"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
+            # Pods that hold GPUs through Dynamic Resource Allocation: their claims, where a pod names one.
+            _g(UPGRADE_ROLE, _L, "resource.k8s.io", "resourceclaims"),
         ),
     ),
     "validate_gates": (
@@ -370,6 +374,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             # already covers the ledger namespace, so a namespaced rule for it would be granted twice (found by
             # tests/integration/test_rbac_minimal.py: taken out alone, it was not missed).
             _g(UPGRADE_ROLE, _L, "", "pods"),
+            # Pods that hold GPUs through Dynamic Resource Allocation: their claims, where a pod names one.
+            _g(UPGRADE_ROLE, _L, "resource.k8s.io", "resourceclaims"),
             _g(LEDGER_ROLE, ("delete",), "", "pods"),
             _g(LEDGER_ROLE, _R, "", "pods/log"),
         ),
@@ -382,6 +388,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, _R, "apiextensions.k8s.io", "customresourcedefinitions"),
             _g(UPGRADE_ROLE, _L, "", "nodes"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
+            # Pods that hold GPUs through Dynamic Resource Allocation: their claims, where a pod names one.
+            _g(UPGRADE_ROLE, _L, "resource.k8s.io", "resourceclaims"),
             _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),
             _g(UPGRADE_ROLE, _L, "machineconfiguration.openshift.io", "machineconfigpools"),
             _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
@@ -432,6 +440,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, _R, "apiextensions.k8s.io", "customresourcedefinitions"),
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
+            # Pods that hold GPUs through Dynamic Resource Allocation: their claims, where a pod names one.
+            _g(UPGRADE_ROLE, _L, "resource.k8s.io", "resourceclaims"),
             _g(UPGRADE_ROLE, _L, "", "events"),
             # Without the upgrade controller, where the NVIDIA Maintenance Operator runs.
             _g(UPGRADE_ROLE, _NODE_MAINTENANCE, "maintenance.nvidia.com", "nodemaintenances"),
@@ -496,6 +506,8 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
             _g(UPGRADE_ROLE, _NODE_MAINTENANCE, "maintenance.nvidia.com", "nodemaintenances"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
+            # Pods that hold GPUs through Dynamic Resource Allocation: their claims, where a pod names one.
+            _g(UPGRADE_ROLE, _L, "resource.k8s.io", "resourceclaims"),
             _g(UPGRADE_ROLE, ("create",), "", "pods/eviction"),
             _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),
             _g(NODE_EVENTS_ROLE, ("create",), "", "events"),

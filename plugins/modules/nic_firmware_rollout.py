@@ -284,10 +284,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import (
     alerts_gate_from_params,
     alerts_gate_suboptions,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
-    maintenance_choice_from_params,
-    node_maintenance_suboptions,
-)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_flash import FlashOptions
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import component_specs
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_rollout import (
@@ -305,6 +301,10 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
     redfish_argument_spec,
     run_module,
     wait_argument_spec,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    maintenance_choice_from_params,
+    node_maintenance_suboptions,
 )
 
 

@@ -339,16 +339,16 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import (
     alerts_gate_from_params,
     alerts_gate_suboptions,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
-    maintenance_choice_from_params,
-    node_maintenance_suboptions,
-)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
     k8s_auth_argument_spec,
     missing_libraries,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, wait_argument_spec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
+    maintenance_choice_from_params,
+    node_maintenance_suboptions,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_runner import (
     OfedRolloutOptions,
     run_ofed_rollout,

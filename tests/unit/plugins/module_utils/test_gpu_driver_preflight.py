@@ -9,9 +9,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_prefl
     INFO,
     WARNING,
     PreflightInput,
-    pod_gpus,
     run_preflight,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import pod_gpus
 
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 OLD, NEW = "560.35.03", "570.124.06"

@@ -8,9 +8,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
     PodSelection,
     describe_pdb,
+    dra_gpus_by_pod,
+    free_gpus,
     label_selector_matches,
     parse_label_selector,
     pdbs_covering_pod,
+    pod_claim_names,
+    pod_gpus,
     pod_requests_gpu,
     pod_uses_secondary_network,
     pods_to_evict,
@@ -241,3 +245,60 @@ def test_pdb_guarding_a_pod_is_found_and_described():
         "PodDisruptionBudget ml/train-pdb "
         "(minAvailable 2, disruptionsAllowed 0, currentHealthy 2, desiredHealthy 2, expectedPods 2)"
     )
+
+
+# -- Dynamic Resource Allocation ---------------------------------------------------------------------------
+
+
+def claim(name: str, *drivers: str, namespace: str = "ml") -> dict:
+    """A ResourceClaim as resource.k8s.io/v1 serves it once allocated (status.allocation.devices.results)."""
+    results = [
+        {"request": "gpu", "driver": driver, "pool": NODE, "device": f"gpu-{i}"} for i, driver in enumerate(drivers)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {"allocation": {"devices": {"results": results}}} if drivers else {},
+    }
+
+
+def dra_pod(name: str, *, named: str = "", from_template: str = "") -> dict:
+    """A pod that names a claim, or one made for it from a template (its name then only in the pod's status)."""
+    made = pod(name)
+    ref = {"name": "gpus"}
+    if named:
+        ref["resourceClaimName"] = named
+    else:
+        ref["resourceClaimTemplateName"] = "two-gpus"
+        made["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": from_template}]
+    made["spec"]["resourceClaims"] = [ref]
+    made["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    return made
+
+
+def test_pods_holding_gpus_through_dra_claims_are_gpu_pods_for_eviction_and_capacity():
+    shared = dra_pod("shared-a", named="shared")
+    templated = dra_pod("trainer-0", from_template="trainer-0-gpus-x7k2p")
+    nic_only = dra_pod("nic-user", named="a-nic")
+    claims = [
+        claim("shared", "gpu.nvidia.com"),
+        claim("trainer-0-gpus-x7k2p", "gpu.nvidia.com", "gpu.nvidia.com"),
+        claim("a-nic", "dra.net"),
+        claim("trainer-0-gpus-x7k2p", "gpu.nvidia.com", namespace="elsewhere"),
+    ]
+    assert pod_claim_names(templated) == ["trainer-0-gpus-x7k2p"] and pod_claim_names(pod("plain")) == []
+    dra = dra_gpus_by_pod([shared, templated, nic_only, pod("plain")], claims)
+    assert dra == {"ml/shared-a": 1, "ml/trainer-0": 2}
+    assert pod_gpus(templated, dra) == 2 and pod_gpus(templated) == 0 and not pod_requests_gpu(templated)
+
+    plan = pods_to_evict([shared, templated, nic_only], selection=PodSelection(gpu=True), dra=dra)
+    assert [p["metadata"]["name"] for p in plan.evict] == ["shared-a", "trainer-0"]
+    assert ("ml/nic-user", "not selected") in plan.skipped
+    unaware = pods_to_evict([shared, templated], selection=PodSelection(gpu=True))
+    assert unaware.evict == (), "without the claims read the pods look like any other"
+
+    node = {"metadata": {"name": NODE}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    assert free_gpus([node], [shared, templated, nic_only], dra) == {NODE: 5}
+    assert free_gpus([node], [shared, templated, nic_only]) == {NODE: 8}
