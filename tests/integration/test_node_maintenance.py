@@ -33,6 +33,9 @@ from .test_clusterpolicy_upgrade import (
 from .test_clusterpolicy_upgrade import twin_factory as start_twin_fixture
 from .test_doctor import apply
 from .test_gpu_driver_without_controller import PROGRESS, turn_the_controller_off
+from .test_ofed_rolling_reload import NEW as OFED_NEW
+from .test_ofed_rolling_reload import mofed_ready, mofed_versions
+from .test_ofed_rolling_reload import run_module as run_ofed
 
 pytestmark = pytest.mark.slow
 twin_factory = start_twin_fixture
@@ -121,3 +124,23 @@ def test_a_rollout_shares_the_maintenance_operators_budget_with_another_requesto
     assert node_maintenances(twin) == {} and not cordoned(twin)
     assert max_unavailable_at_once(twin.report()) == 1
     assert settled_policy(twin)["spec"]["driver"]["upgradePolicy"]["autoUpgrade"] is False
+
+
+def test_a_rolling_mofed_reload_goes_node_by_node_as_the_operator_grants(twin_factory, tmp_path):
+    """The Network Operator's own drains go through the Maintenance Operator from 26.x; the module's rolling
+    reload shares that budget: the operator cordons and drains each node it grants (at most one at a time here,
+    though the module's own budget allows two), and every request is gone at the end."""
+    scenario = {"profile": "openshift", "workloads": False, "maintenance_operator": {"maxUnavailable": 1}}
+    twin = twin_factory(scenario=scenario)
+    mofed_ready(twin)
+    twin.admin("POST", "report/reset")
+    args = {"max_unavailable": 2, "max_parallel": 2, "nodes": [f"gpu-worker-00{i}" for i in (1, 2, 3)]}
+    run, result = run_ofed(twin, tmp_path, {**args, "node_maintenance": {"timeout": 240}})
+    assert run.returncode == 0, run.output[-3000:]
+    versions = mofed_versions(twin)
+    assert {versions[name] for name in args["nodes"]} == {OFED_NEW}
+    requests = {row["node"]: row["steps"][0]["detail"] for row in result["timeline"]}
+    assert sorted(requests) == args["nodes"]
+    assert all(detail["request"] == "create" and detail["holders"] == [OURS] for detail in requests.values())
+    assert node_maintenances(twin) == {} and not cordoned(twin)
+    assert max_unavailable_at_once(twin.report()) == 1, "the operator's budget, not the module's, paced the reload"
