@@ -34,6 +34,7 @@ LONGEST_FIRST = tuple(
         "rbac",
         "rehearse",
         "four_passes",
+        "gitops_flow",
     )
 )
 TESTS = pathlib.Path(__file__).resolve().parent

@@ -24,10 +24,11 @@ The Git plumbing (commit, push, the folder lock) is ``_matrix_write``'s.
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import GpuFleetError, InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_write import HAS_RUAMEL
 
 if HAS_RUAMEL:
@@ -188,6 +189,33 @@ def find_managed(objects: Sequence[ManagedObject], *, kind: str, name: str) -> O
 
 
 # -- commit messages --------------------------------------------------------------------------------
+
+
+def patch_leaves(patch: Mapping[str, Any], prefix: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], Any]]:
+    """Every (path, value) a merge patch sets (nulls included, as value None)."""
+    leaves: List[Tuple[Tuple[str, ...], Any]] = []
+    for key, value in patch.items():
+        path = (*prefix, str(key))
+        if isinstance(value, Mapping) and value:
+            leaves.extend(patch_leaves(value, path))
+        else:
+            leaves.append((path, value))
+    return leaves
+
+
+def deferred_change(kind: str, name: str, patch: Mapping[str, Any], *, synced: bool, why: str = "") -> Dict[str, Any]:
+    """A write to an object Argo CD writes from Git, left for a commit (``gitops_changes``). Once the Application
+    synced that commit (``synced``) the cluster's object must not differ any more: GpuFleetError naming the fields."""
+    change = {"kind": kind, "name": name, "patch": dict(patch)}
+    if synced:
+        fields = ", ".join(".".join(path) for path, _value in patch_leaves(patch))
+        raise GpuFleetError(
+            f"{kind} {name} is managed in Git and its Argo CD Application synced the change, yet the cluster's object "
+            f"still differs in {fields} (wanted {json.dumps(dict(patch), sort_keys=True)}): check the manifest's path "
+            "in gpufleet_gitops.manifests and the Application's ignoreDifferences (a field it ignores is not applied)",
+            result={"gitops_changes": [change]},
+        )
+    return {**change, "why": why} if why else change
 
 
 def commit_message(

@@ -27,7 +27,6 @@ interruption continues from where the cluster is.
 from __future__ import annotations
 
 import datetime
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -42,6 +41,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     WaitTimeoutError,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gates_parse import UnreadableOutputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gitops import deferred_change
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_manual import (
     ManualRun,
     clear_command,
@@ -97,7 +97,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec 
     merge_patch_for,
     normalize_upgrade_policy,
     normalized_for_diff,
-    patch_leaves,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import (
     DRIVER_COMPONENT_SELECTOR,
@@ -755,15 +754,8 @@ class DriverRollout:
 
     def _defer_to_git(self, write: Write, patch: Dict[str, Any]) -> None:
         """A field of an object Argo CD writes differs: leave it for a commit, or (after the sync) say it is missing."""
-        if self.options.gitops_synced:
-            raise GpuFleetError(
-                f"{write.kind} {write.name} is managed in Git and its Argo CD Application synced the change, yet the "
-                f"cluster's object still differs in {', '.join('.'.join(path) for path, _v in patch_leaves(patch))} "
-                f"(wanted {json.dumps(patch, sort_keys=True)}): check the manifest's path in "
-                "gpufleet_gitops.manifests and the Application's ignoreDifferences (a field it ignores is not applied)",
-                result={"gitops_changes": [{"kind": write.kind, "name": write.name, "patch": patch}]},
-            )
-        self.gitops_deferred.append({"kind": write.kind, "name": write.name, "patch": patch, "why": write.why})
+        deferred = deferred_change(write.kind, write.name, patch, synced=self.options.gitops_synced, why=write.why)
+        self.gitops_deferred.append({**deferred, "why": write.why})
 
     def _create(self, write: Write) -> None:
         ref = REFS[write.kind]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
 
@@ -345,18 +345,6 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = apply_merge_patch(result.get(key), value)
     return result
-
-
-def patch_leaves(patch: Mapping[str, Any], prefix: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], Any]]:
-    """Every (path, value) a merge patch sets (nulls included, as value None)."""
-    leaves: List[Tuple[Tuple[str, ...], Any]] = []
-    for key, value in patch.items():
-        path = (*prefix, str(key))
-        if isinstance(value, Mapping) and value:
-            leaves.extend(patch_leaves(value, path))
-        else:
-            leaves.append((path, value))
-    return leaves
 
 
 # -- diffs ----------------------------------------------------------------------------------

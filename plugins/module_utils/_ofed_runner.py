@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
     RolloutHaltedError,
     WaitTimeoutError,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gitops import deferred_change
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
 )
@@ -151,6 +152,10 @@ class OfedRolloutOptions:
     alerts: Optional[AlertsGate] = None
     # Drain through the NVIDIA Maintenance Operator (rolling mode; node_maintenance).
     node_maintenance: MaintenanceChoice = field(default_factory=MaintenanceChoice)
+    # GitOps mode (docs/gitops.md): "Kind/name" of the objects Argo CD writes from Git; the NicClusterPolicy's
+    # change is then returned for a commit (gitops_changes), and a run after the sync (gitops_synced) rolls it out.
+    gitops_managed: Tuple[str, ...] = ()
+    gitops_synced: bool = False
     # Hazards of a reload on a node (primary interface on ConnectX, storage modules): where read, what is allowed.
     safety: SafetyOptions = field(default_factory=SafetyOptions)
 
@@ -735,6 +740,15 @@ def last_warning(api: KubeApi, node: str) -> str:
 # -- entry point ---------------------------------------------------------------------------------------------------
 
 
+def _deferred_to_git(options: OfedRolloutOptions, view: ClusterView) -> List[Dict[str, Any]]:
+    """The NicClusterPolicy's change, when Argo CD writes it from Git (raises once synced if it is still missing)."""
+    name = node_name(view.policy)
+    if not view.policy_patch or f"NicClusterPolicy/{name}" not in options.gitops_managed:
+        return []
+    why = f"MOFED {options.target_version} ({options.mode})"
+    return [deferred_change("NicClusterPolicy", name, view.policy_patch, synced=options.gitops_synced, why=why)]
+
+
 def run_ofed_rollout(api: KubeApi, options: OfedRolloutOptions) -> Dict[str, Any]:
     """Read, decide, then (unless check mode) set the NicClusterPolicy and roll MOFED out."""
     view = read_cluster(api, options)
@@ -751,6 +765,11 @@ def run_ofed_rollout(api: KubeApi, options: OfedRolloutOptions) -> Dict[str, Any
     if view.refusal:
         # Preflight: before any write, in check mode too (the plan would not run).
         raise GpuFleetError(view.refusal, result={**base, "changed": False})
+    deferred = _deferred_to_git(options, view)
+    base.update(gitops_changes=deferred, gitops_pending=bool(deferred))
+    if deferred:
+        # Argo CD writes the NicClusterPolicy: the change goes into Git first; no node is touched before the sync.
+        return {**base, "changed": False, "timeline": [], "failures": []}
     try:
         if options.mode == MODE_AUTO_UPGRADE:
             result = run_auto_upgrade(api, options, view, now=api.cluster_now)

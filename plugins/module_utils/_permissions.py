@@ -451,7 +451,7 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         ),
     ),
     "gitops_application": (
-        "roles/upgrade gitops.yml and roles/gpu_operator gitops.yml: argocd_app_wait reads the Argo CD Application "
+        "roles/upgrade gitops.yml and roles/gitops sync.yml: argocd_app_wait reads the Argo CD Application "
         "(GitOps mode; the change itself goes through Git)",
         (_g(UPGRADE_ROLE, _R, "argoproj.io", "applications"),),
     ),
@@ -685,7 +685,7 @@ FEATURE_STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     "nvidiadriver": {"gpu_operator": ("gpu_operator_nvidiadriver",)},
     "doctor_remediate": {None: ("doctor_remediate",)},
     "network_operator_helm": {"network_operator": ("network_operator_helm",)},
-    "gitops": {"gpu_operator": ("gitops_application",)},
+    "gitops": {"gpu_operator": ("gitops_application",), "network_operator": ("gitops_application",)},
 }
 
 

@@ -205,6 +205,23 @@ options:
       - Without it, such nodes halt the rollout until a person clears them.
     type: bool
     default: false
+  gitops_managed:
+    description:
+      - GitOps mode (docs/gitops.md). C(Kind/name) of the objects Argo CD writes from Git, for example
+        C(NicClusterPolicy/nic-cluster-policy). When the NicClusterPolicy is one of them and lacks the target, the
+        module does not patch it and touches no node: it returns the merge patch in RV(gitops_changes) for
+        M(gpufleet.upgrade.gitops_change) to commit, with RV(gitops_pending) true.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.1.0
+  gitops_synced:
+    description:
+      - Set once the Argo CD Application synced the commit of RV(gitops_changes): the NicClusterPolicy must then
+        carry the target (else the task fails naming the fields it lacks), and the rollout runs as without GitOps.
+    type: bool
+    default: false
+    version_added: 0.1.0
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -277,6 +294,16 @@ safety:
   elements: dict
   sample: [{node: gpu-worker-001, hazard: primary-interface, allowed: false,
             detail: primary interface ens1f0np0 is a ConnectX port the MOFED reload takes down}]
+gitops_changes:
+  description: With O(gitops_managed), the NicClusterPolicy's merge patch still to be written in Git.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{kind: NicClusterPolicy, name: nic-cluster-policy, patch: {spec: {ofedDriver: {version: 25.01-0.6.0.0-0}}}}]
+gitops_pending:
+  description: True when the run stopped for RV(gitops_changes) to be committed and synced (nothing else was done).
+  returned: always
+  type: bool
 policy_patch:
   description: The merge patch of the NicClusterPolicy (empty when it already had the target).
   returned: always
@@ -399,6 +426,8 @@ def argument_spec():
         allow_storage_modules_reload={"type": "bool", "default": False},
         alerts=alerts_gate_suboptions(),
         node_maintenance=node_maintenance_suboptions(),
+        gitops_managed={"type": "list", "elements": "str", "default": []},
+        gitops_synced={"type": "bool", "default": False},
     )
     spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=5.0))
     return spec
@@ -440,6 +469,8 @@ def rollout_options(module):
         diff=module._diff,
         alerts=alerts_gate_from_params(params["alerts"]),
         node_maintenance=maintenance_choice_from_params(params["node_maintenance"]),
+        gitops_managed=tuple(params["gitops_managed"]),
+        gitops_synced=params["gitops_synced"],
         safety=SafetyOptions(
             primary_interface_label=params["primary_interface_label"] or "",
             storage_modules_selector=params["storage_modules_selector"] or "",

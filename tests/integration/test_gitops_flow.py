@@ -22,7 +22,8 @@ from gpufleet_twin.process import start_twin
 
 from .conftest import ROOT, PlaybookRun, kubectl, run_playbook
 from .fault_matrix import Group, write_matrix
-from .fault_matrix_cases import GROUPS
+from .fault_matrix_cases import GROUPS, NEW_MOFED
+from .test_ofed_rolling_reload import mofed_versions
 from .test_upgrade_flow import drivers, file_ledger, git
 
 pytestmark = pytest.mark.slow
@@ -39,15 +40,15 @@ HEADER = "# The GPU Operator's ClusterPolicy. Argo CD applies this file; edit it
 SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "annotations")
 
 
-def application(twin) -> dict:
-    return json.loads(kubectl(twin, "get", "applications.argoproj.io", "-n", "argocd", APP, "-o", "json"))
+def application(twin, app_name: str = APP) -> dict:
+    return json.loads(kubectl(twin, "get", "applications.argoproj.io", "-n", "argocd", app_name, "-o", "json"))
 
 
-def wait_for_application(twin, *, sync: str, health: str = "Healthy", revision: str = "") -> dict:
+def wait_for_application(twin, *, sync: str, health: str = "Healthy", revision: str = "", app_name: str = APP) -> dict:
     """Bounded: the twin's Argo CD polls every 180 simulated seconds (0.3 s of wall time at 600x)."""
     deadline = time.monotonic() + 120
     while True:
-        app = application(twin)
+        app = application(twin, app_name)
         status = app.get("status") or {}
         if (
             (status.get("sync") or {}).get("status") == sync
@@ -59,40 +60,52 @@ def wait_for_application(twin, *, sync: str, health: str = "Healthy", revision: 
         time.sleep(1)
 
 
-def seed_repository(twin, base: pathlib.Path) -> pathlib.Path:
-    """A bare repository holding the live ClusterPolicy as a team would keep it, and the Application syncing it."""
-    remote = base / "platform.git"
+def seed_repository(
+    twin,
+    base: pathlib.Path,
+    *,
+    resource: str = "clusterpolicy",
+    name: str = POLICY,
+    manifest_path: str = MANIFEST,
+    header: str = HEADER,
+    app_name: str = APP,
+    ignore_differences: tuple = (
+        # docs/gitops.md: the CRD's default of the deprecated spec.cdi.default (NVIDIA/gpu-operator#2795).
+        {"group": "nvidia.com", "kind": "ClusterPolicy", "jsonPointers": ["/spec/cdi/default"]},
+    ),
+) -> pathlib.Path:
+    """A bare repository holding a live object (the ClusterPolicy by default) as a team would keep it, and the
+    Application syncing its folder, Synced at the seed."""
+    remote = base / f"{app_name}.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True, timeout=30)
-    seed = base / "seed"
+    seed = base / f"{app_name}-seed"
     subprocess.run(["git", "clone", "-q", str(remote), str(seed)], check=True, capture_output=True, timeout=30)
     git(seed, "checkout", "-q", "-b", "main")
-    live = json.loads(kubectl(twin, "get", "clusterpolicy", POLICY, "-o", "json"))
+    live = json.loads(kubectl(twin, "get", resource, name, "-o", "json"))
     metadata = {key: value for key, value in live["metadata"].items() if key not in SERVER_FIELDS}
-    manifest = {"apiVersion": live["apiVersion"], "kind": "ClusterPolicy", "metadata": metadata, "spec": live["spec"]}
-    (seed / "gpu-operator").mkdir()
-    (seed / MANIFEST).write_text(HEADER + "---\n" + yaml.safe_dump(manifest, sort_keys=False))
+    manifest = {"apiVersion": live["apiVersion"], "kind": live["kind"], "metadata": metadata, "spec": live["spec"]}
+    folder = manifest_path.split("/", 1)[0]
+    (seed / folder).mkdir()
+    (seed / manifest_path).write_text(header + "---\n" + yaml.safe_dump(manifest, sort_keys=False))
     git(seed, "add", ".")
-    git(seed, "commit", "-q", "-m", "The GPU Operator's ClusterPolicy")
+    git(seed, "commit", "-q", "-m", f"The {live['kind']}")
     git(seed, "push", "-q", "origin", "main")
     app = {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Application",
-        "metadata": {"name": APP, "namespace": "argocd"},
+        "metadata": {"name": app_name, "namespace": "argocd"},
         "spec": {
             "project": "default",
-            "source": {"repoURL": f"file://{remote}", "targetRevision": "main", "path": "gpu-operator"},
+            "source": {"repoURL": f"file://{remote}", "targetRevision": "main", "path": folder},
             "destination": {"server": "https://kubernetes.default.svc"},
             "syncPolicy": {"automated": {"prune": False, "selfHeal": True}},
-            # docs/gitops.md: the CRD's default of the deprecated spec.cdi.default (NVIDIA/gpu-operator#2795).
-            "ignoreDifferences": [
-                {"group": "nvidia.com", "kind": "ClusterPolicy", "jsonPointers": ["/spec/cdi/default"]}
-            ],
+            "ignoreDifferences": list(ignore_differences),
         },
     }
-    path = base / "application.json"
+    path = base / f"{app_name}-application.json"
     path.write_text(json.dumps(app))
     kubectl(twin, "apply", "-f", str(path))
-    wait_for_application(twin, sync="Synced", revision=git(remote, "rev-parse", "main"))
+    wait_for_application(twin, sync="Synced", revision=git(remote, "rev-parse", "main"), app_name=app_name)
     return remote
 
 
@@ -294,7 +307,7 @@ def test_a_group_not_written_in_git_runs_on_the_cluster_and_one_whose_objects_gi
     """GitOps mode changes only how the objects listed in gpufleet_gitops.manifests are written. A group none of whose
     objects is listed runs on the cluster as without GitOps (no Argo CD Application to check: this twin has none);
     a group that would write a listed object it cannot write in Git (the SR-IOV operator's Subscription, by kind and
-    name; the NicClusterPolicy, by kind) is refused before any write, naming the object."""
+    name; an SriovNetworkNodePolicy, by kind) is refused before any write, naming the object."""
     twin = start_twin(nodes=6, profile="openshift", time_scale=600, workdir=tmp_path / "twin")
     try:
         gitops = settings(tmp_path, tmp_path / "platform.git")
@@ -323,17 +336,83 @@ def test_a_group_not_written_in_git_runs_on_the_cluster_and_one_whose_objects_gi
         assert file_ledger(tmp_path)[-1]["outcome"] == "refused"
         assert state_writes(twin) == {}, state_writes(twin)
 
-        # The Network Operator group with the NicClusterPolicy listed (by kind: one per cluster), as Argo CD would
-        # apply it: refused the same way, before its SR-IOV pre-steps or anything else.
+        # The Network Operator group with an SR-IOV node policy listed, as Argo CD would apply it (its SR-IOV
+        # pre-steps write those on the cluster; its NicClusterPolicy it writes in Git): refused the same way, before
+        # its pre-steps or anything else.
         write_matrix(tmp_path, GROUPS["network_operator"]["canary"])
-        nic_policy = {"kind": "NicClusterPolicy", "name": "nic-cluster-policy", "path": "network/nicclusterpolicy.yaml"}
+        node_policy = {"kind": "SriovNetworkNodePolicy", "name": "rdma-ib", "path": "network/sriov.yaml"}
         twin.admin("POST", "report/reset")
-        refused = group.run("canary", gpufleet_gitops=dict(gitops, manifests=[*gitops["manifests"], nic_policy]))
+        refused = group.run("canary", gpufleet_gitops=dict(gitops, manifests=[*gitops["manifests"], node_policy]))
         assert refused.returncode != 0
-        assert "the network_operator group writes NicClusterPolicy/nic-cluster-policy" in " ".join(
-            refused.output.split()
-        ), refused.output[-4000:]
+        assert "the network_operator group writes SriovNetworkNodePolicy/rdma-ib" in " ".join(refused.output.split()), (
+            refused.output[-4000:]
+        )
         assert file_ledger(tmp_path)[-1]["outcome"] == "refused"
         assert state_writes(twin) == {}, state_writes(twin)
+    finally:
+        assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
+
+
+NIC_POLICY = "nic-cluster-policy"
+NIC_MANIFEST = "network/nicclusterpolicy.yaml"
+NIC_APP = "network-operator"
+
+
+def live_mofed(twin) -> str:
+    return json.loads(kubectl(twin, "get", "nicclusterpolicy", NIC_POLICY, "-o", "json"))["spec"]["ofedDriver"][
+        "version"
+    ]
+
+
+def test_the_network_operator_group_changes_the_nicclusterpolicy_through_git_and_rolls_back_by_revert(tmp_path):
+    """The NicClusterPolicy listed in gpufleet_gitops.manifests: the MOFED canary commits the version to its
+    manifest, waits for Argo CD to apply it, then reloads the canary node as without GitOps; the collection never
+    writes the NicClusterPolicy itself. The rollback is a revert commit, synced, and every node back on the old
+    MOFED."""
+    twin = start_twin(nodes=6, profile="openshift", time_scale=600, workdir=tmp_path / "twin", argocd=True)
+    try:
+        remote = seed_repository(
+            twin,
+            tmp_path,
+            resource="nicclusterpolicy",
+            name=NIC_POLICY,
+            manifest_path=NIC_MANIFEST,
+            header="# The Network Operator's NicClusterPolicy.\n",
+            app_name=NIC_APP,
+            ignore_differences=(),
+        )
+        seeded = git(remote, "rev-parse", "main")
+        old = live_mofed(twin)
+        gitops = settings(
+            tmp_path,
+            remote,
+            manifests=[{"kind": "NicClusterPolicy", "name": NIC_POLICY, "path": NIC_MANIFEST}],
+            application={"name": NIC_APP, "namespace": "argocd"},
+        )
+        write_matrix(tmp_path, GROUPS["network_operator"]["canary"])
+        group = Group(name="network_operator", twin=twin, workspace=tmp_path, inputs={
+            **GROUPS["network_operator"]["inputs"], "gpufleet_gitops": gitops})  # fmt: skip
+        twin.admin("POST", "report/reset")
+
+        canary = group.run("canary")
+        assert canary.returncode == 0, canary.output[-4000:]
+        assert live_mofed(twin) == NEW_MOFED != old
+        subjects = [subject for subject, _stage in commits(remote)]
+        assert subjects == [f"Network Operator canary: MOFED {NEW_MOFED} (canary)"], subjects
+        assert f"version: {NEW_MOFED}" in git(remote, "show", f"main:{NIC_MANIFEST}")
+        versions = mofed_versions(twin)
+        assert versions[CANARY] == NEW_MOFED
+        assert {version for node, version in versions.items() if node != CANARY} == {old}
+        writes = {k: v for k, v in state_writes(twin).items() if "nicclusterpolicies" in k}
+        assert writes == {}, writes  # the collection never wrote the NicClusterPolicy; Argo CD did
+        entry = file_ledger(tmp_path)[-1]
+        assert [c["commit"] for c in entry["gitops_commits"]] == [git(remote, "rev-parse", "main")]
+
+        rollback = group.run("rollback")
+        assert rollback.returncode == 0, rollback.output[-4000:]
+        assert git(remote, "log", "-1", "--format=%s", "main").startswith("Revert change network_operator")
+        assert git(remote, "diff", seeded, "main", "--", NIC_MANIFEST) == ""
+        assert live_mofed(twin) == old and set(mofed_versions(twin).values()) == {old}
+        assert {k: v for k, v in state_writes(twin).items() if "nicclusterpolicies" in k} == {}
     finally:
         assert twin.stop() == 0, twin.log_path.read_text()[-2000:]

@@ -13,6 +13,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gitops import (
     application_view,
     commit_message,
     commits_to_revert,
+    deferred_change,
     edit_manifest,
     managed_objects,
     revision_outcome,
@@ -307,3 +308,14 @@ def test_the_driver_plan_hands_managed_objects_to_git_and_refuses_what_git_mode_
         )
     with pytest.raises(InvalidInputError, match="use canary_mode skip_label"):
         check_gitops_plan(plan, managed=("NVIDIADriver/default",), canary_mode="nvidiadriver")
+
+
+def test_a_change_to_an_object_argo_cd_writes_is_left_for_git_and_missing_after_the_sync_fails():
+    patch = {"spec": {"ofedDriver": {"version": "24.10-1.0.0.0"}}}
+    change = deferred_change("NicClusterPolicy", "nic-cluster-policy", patch, synced=False, why="MOFED 24.10")
+    assert change == {"kind": "NicClusterPolicy", "name": "nic-cluster-policy", "patch": patch, "why": "MOFED 24.10"}
+    with pytest.raises(GpuFleetError, match=r"still differs in spec\.ofedDriver\.version") as caught:
+        deferred_change("NicClusterPolicy", "nic-cluster-policy", patch, synced=True)
+    assert "ignoreDifferences" in caught.value.msg
+    assert caught.value.result["gitops_changes"] == [{"kind": "NicClusterPolicy", "name": "nic-cluster-policy",
+                                                      "patch": patch}]  # fmt: skip

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gitops import patch_leaves
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import (
     BUILTIN_UPGRADE_POLICY_FIELDS,
     DriverTarget,
@@ -21,7 +22,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec 
     merge_patch_for,
     normalize_upgrade_policy,
     normalized_for_diff,
-    patch_leaves,
 )
 
 SHARED_CRDS = pathlib.Path(__file__).resolve().parents[4].parent / "shared" / "reference" / "crds"
