@@ -209,7 +209,7 @@ options:
     description:
       - GitOps mode (docs/gitops.md). C(Kind/name) of the objects Argo CD writes from Git, for example
         C(NicClusterPolicy/nic-cluster-policy). When the NicClusterPolicy is one of them and lacks the target, the
-        module does not patch it and touches no node: it returns the merge patch in RV(gitops_changes) for
+        module does not patch it and touches no node; it returns the merge patch in RV(gitops_changes) for
         M(gpufleet.upgrade.gitops_change) to commit, with RV(gitops_pending) true.
     type: list
     elements: str
@@ -217,7 +217,7 @@ options:
     version_added: 0.1.0
   gitops_synced:
     description:
-      - Set once the Argo CD Application synced the commit of RV(gitops_changes): the NicClusterPolicy must then
+      - Set once the Argo CD Application synced the commit of RV(gitops_changes). The NicClusterPolicy must then
         carry the target (else the task fails naming the fields it lacks), and the rollout runs as without GitOps.
     type: bool
     default: false
