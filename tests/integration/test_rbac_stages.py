@@ -64,9 +64,18 @@ def run_stage(group: Group, stage: str, **extra: Any) -> dict[str, Any]:
 
 
 # The GPU Operator group's chain is make test-long's: make test runs its canary, bake, promote and rollback as the
-# upgrade account in test_upgrade_flow (without this chain's rollback of the operator itself through OLM).
+# upgrade account in test_upgrade_flow (without this chain's rollback of the operator itself through OLM). The NIC
+# firmware and OpenShift chains are make test-long's too, to keep make test under 30 minutes on two cores: make test
+# still checks that the permission preflight asks for every one of their rules (test_rbac_minimal) and runs their
+# stages as the administrator (test_firmware_idrac_flash, test_nic_firmware, test_openshift, test_upgrade_flow).
 @pytest.mark.parametrize(
-    "name", [pytest.param("gpu_operator", marks=pytest.mark.long), "network_operator", "firmware", "openshift"]
+    "name",
+    [
+        pytest.param("gpu_operator", marks=pytest.mark.long),
+        "network_operator",
+        pytest.param("firmware", marks=pytest.mark.long),
+        pytest.param("openshift", marks=pytest.mark.long),
+    ],
 )
 def test_every_stage_succeeds_with_exactly_the_shipped_roles(name: str, tmp_path: pathlib.Path) -> None:
     group = account_group(name, tmp_path)
@@ -110,6 +119,8 @@ def test_every_stage_succeeds_with_exactly_the_shipped_roles(name: str, tmp_path
         assert group.twin.stop() == 0, group.twin.log_path.read_text()[-2000:]
 
 
+# make test-long's, like the firmware and OpenShift chains above (test_sriov_operator runs the group in make test).
+@pytest.mark.long
 def test_sriov_canary_halts_on_416_and_moves_the_operator_on_417_with_the_shipped_role(tmp_path: pathlib.Path) -> None:
     """The twin runs OpenShift 4.16, whose index offers no newer SR-IOV build: the canary is refused by the group's
     own check before any change, with the account as with the administrator (its reads are all granted). On 4.17 the
