@@ -215,7 +215,7 @@ def deferred_change(kind: str, name: str, patch: Mapping[str, Any], *, synced: b
             "in gpufleet_gitops.manifests and the Application's ignoreDifferences (a field it ignores is not applied)",
             result={"gitops_changes": [change]},
         )
-    return {**change, "why": why} if why else change
+    return {**change, "why": why}
 
 
 def commit_message(

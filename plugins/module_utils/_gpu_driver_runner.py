@@ -754,8 +754,9 @@ class DriverRollout:
 
     def _defer_to_git(self, write: Write, patch: Dict[str, Any]) -> None:
         """A field of an object Argo CD writes differs: leave it for a commit, or (after the sync) say it is missing."""
-        deferred = deferred_change(write.kind, write.name, patch, synced=self.options.gitops_synced, why=write.why)
-        self.gitops_deferred.append({**deferred, "why": write.why})
+        self.gitops_deferred.append(
+            deferred_change(write.kind, write.name, patch, synced=self.options.gitops_synced, why=write.why)
+        )
 
     def _create(self, write: Write) -> None:
         ref = REFS[write.kind]

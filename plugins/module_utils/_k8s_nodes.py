@@ -597,17 +597,18 @@ def list_pods_on_node(
 
 
 def read_dra_gpus(api: KubeApi, pods: Sequence[Mapping[str, Any]]) -> Dict[str, int]:
-    """``dra_gpus_by_pod`` for these pods, reading the ResourceClaims of the namespaces where a pod names one
-    (no request when none does; none is held where the cluster serves no ``resource.k8s.io/v1``)."""
-    namespaces = sorted({str((pod.get("metadata") or {}).get("namespace")) for pod in pods if pod_claim_names(pod)})
-    claims: List[Dict[str, Any]] = []
-    for namespace in namespaces:
-        try:
-            claims += api.list(RESOURCE_CLAIMS, namespace=namespace)
-        except KubeApiError as err:
-            if err.status == 404:
-                return {}
-            raise
+    """``dra_gpus_by_pod`` for these pods, reading the ResourceClaims where a pod names one: one list of its
+    namespace, or one cluster-wide list when pods of several namespaces do (no request when none does; none is held
+    where the cluster serves no ``resource.k8s.io/v1``)."""
+    namespaces = {str((pod.get("metadata") or {}).get("namespace")) for pod in pods if pod_claim_names(pod)}
+    if not namespaces:
+        return {}
+    try:
+        claims = api.list(RESOURCE_CLAIMS, namespace=namespaces.pop() if len(namespaces) == 1 else None)
+    except KubeApiError as err:
+        if err.status == 404:
+            return {}
+        raise
     return dra_gpus_by_pod(pods, claims)
 
 

@@ -166,11 +166,11 @@ def is_ready(obj: Optional[Mapping[str, Any]]) -> bool:
 
 def validate_settings(settings: MaintenanceSettings) -> None:
     if not settings.requestor_id.strip():
-        raise InvalidInputError("node_maintenance_requestor_id must not be empty")
+        raise InvalidInputError("node_maintenance.requestor_id must not be empty")
     if not settings.namespace.strip():
-        raise InvalidInputError("node_maintenance_namespace must not be empty")
+        raise InvalidInputError("node_maintenance.namespace must not be empty")
     if settings.timeout < 0 or settings.sleep <= 0:
-        raise InvalidInputError("node_maintenance_timeout must be >= 0 and the poll interval > 0")
+        raise InvalidInputError("node_maintenance.timeout must be >= 0 and the poll interval > 0")
 
 
 # -- talking to the cluster (I/O) ---------------------------------------------------------------------------
@@ -245,9 +245,13 @@ def _set_additional(
     return None
 
 
-def request_node(api: KubeApi, settings: MaintenanceSettings, node: str) -> str:
-    """Create our request for the node, or join the one there; what was done (see request_action)."""
-    existing = _get(api, settings, node)
+def request_node(
+    api: KubeApi, settings: MaintenanceSettings, node: str, existing: Optional[Mapping[str, Any]] = None
+) -> str:
+    """Create our request for the node, or join the one there (``existing``, read here unless given); what was done
+    (see request_action)."""
+    if existing is None:
+        existing = _get(api, settings, node)
     action = request_action(existing, settings.requestor_id)
     if action == "create":
         api.create(NODE_MAINTENANCES, request_body(settings, node), namespace=settings.namespace)
@@ -272,14 +276,12 @@ def wait_granted(
     one that got further and did not finish is a WaitTimeoutError naming the operator's last step.
     """
     first = request_node(api, settings, node)
-    actions = [first]
 
     def observe() -> Optional[Dict[str, Any]]:
         current = _get(api, settings, node)
-        action = request_action(current, settings.requestor_id)
-        if action in ("create", "join"):
+        if request_action(current, settings.requestor_id) in ("create", "join"):
             # Deleted (by its owner) or left by us meanwhile: ask again.
-            actions.append(request_node(api, settings, node))
+            request_node(api, settings, node, current)
             current = _get(api, settings, node)
         return current
 
@@ -308,7 +310,7 @@ def wait_granted(
     granted = outcome.value or {}
     return {
         "node_maintenance": f"{settings.namespace}/{settings.object_name(node)}",
-        "request": actions[0],
+        "request": first,
         "holders": list(holders(granted)),
         "elapsed": round(outcome.elapsed, 3),
     }

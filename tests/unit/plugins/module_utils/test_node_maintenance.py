@@ -86,9 +86,9 @@ def test_the_operators_progress_and_the_holders_are_read_from_the_request():
 
 
 def test_bad_settings_are_refused_naming_the_option():
-    with pytest.raises(InvalidInputError, match="node_maintenance_requestor_id"):
+    with pytest.raises(InvalidInputError, match=r"node_maintenance\.requestor_id"):
         validate_settings(MaintenanceSettings(requestor_id=" "))
-    with pytest.raises(InvalidInputError, match="node_maintenance_timeout"):
+    with pytest.raises(InvalidInputError, match=r"node_maintenance\.timeout"):
         validate_settings(MaintenanceSettings(timeout=-1))
     choice = maintenance_choice_from_params({"mode": "never", "requestor_id": "me", "namespace": "ops", "timeout": 5})
     assert choice.mode == "never" and choice.settings == MaintenanceSettings(
