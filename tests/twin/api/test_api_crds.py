@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +198,58 @@ def test_crd_manifests_load_from_lists_and_multi_document_files(tmp_path):
     (tmp_path / "notes.txt").write_text("not a manifest")
     names = [crd["metadata"]["name"] for crd in load_crd_manifests(tmp_path)]
     assert names == ["a.x.io", "b.x.io", "c.x.io"]
+
+
+def test_kubectl_with_a_warm_discovery_cache_applies_an_object_of_a_crd_it_just_created(launcher, tmp_path):
+    """kubectl keeps discovery in an HTTP cache that judges freshness by the response's Date against its own clock.
+    A twin on simulated time sends a Date ahead of kubectl's: unless discovery says no-cache, the cached list
+    without the new kind looks fresh and kubectl answers "ensure CRDs are installed first" (a clean-clone CI run
+    failed so, on a port an earlier twin had used)."""
+    twin = launcher.start(tmp_path / "twin", "--bare", "--nodes", "0", "--time-scale", "600")
+    try:
+        kubectl_applies_a_crd_and_its_object(twin, tmp_path)
+    finally:
+        assert launcher.stop(twin) == 0
+
+
+def kubectl_applies_a_crd_and_its_object(twin, tmp_path):
+    twin.kubectl("api-resources")  # the cache, warm and without gadgets
+    wait_until_the_twins_clock_is_ahead(twin)
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+    gadget = {"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g1", "namespace": "default"}}
+    (tmp_path / "crd.yaml").write_text(yaml.safe_dump(crd))
+    (tmp_path / "gadget.yaml").write_text(yaml.safe_dump(gadget))
+    twin.kubectl("apply", "-f", str(tmp_path / "crd.yaml"))
+    try:
+        assert "gadget.example.com/g1 created" in twin.kubectl("apply", "-f", str(tmp_path / "gadget.yaml")).stdout
+        assert twin.kubectl("get", "gadgets", "-n", "default", "-o", "name").stdout.split() == ["gadget.example.com/g1"]
+    finally:
+        twin.kubectl("delete", "crd", "gadgets.example.com", "--wait=false")
+
+
+def wait_until_the_twins_clock_is_ahead(twin) -> None:
+    """Until the twin's Date is a minute ahead of the wall clock (a tenth of a second at 600 times)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        date = email.utils.parsedate_to_datetime(twin.request("GET", "/version").headers["Date"])
+        if (date - datetime.datetime.now(datetime.UTC)).total_seconds() > 60:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the twin's clock did not run ahead")

@@ -83,6 +83,15 @@ def test_aggregated_discovery_when_asked_for_it(twin):
     assert deployments["scope"] == "Namespaced"
     scale = next(s for s in deployments["subresources"] if s["subresource"] == "scale")
     assert scale["responseKind"] == {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+    # As kube-apiserver serves it: an ETag of the document, Vary: Accept, 304 when the client has it already.
+    etag = result.headers["ETag"]
+    assert etag.startswith('"') and result.headers["Vary"] == "Accept"
+    assert "no-cache" in result.headers["Cache-Control"]
+    again = twin.request("GET", "/apis", headers={"Accept": accept, "If-None-Match": etag})
+    assert (again.status, again.body) == (304, b"")
+    assert twin.request("GET", "/apis", headers={"Accept": accept, "If-None-Match": '"other"'}).status == 200
+    # Every other answer: kube-apiserver's default (its WithCacheControl filter).
+    assert twin.request("GET", "/api/v1/namespaces").headers["Cache-Control"] == "no-cache, private"
     core = twin.request("GET", "/api", headers={"Accept": accept}).json()
     assert core["items"][0]["metadata"] == {}
     pods = next(r for r in core["items"][0]["versions"][0]["resources"] if r["resource"] == "pods")

@@ -3,6 +3,8 @@ v2/v3."""
 
 from __future__ import annotations
 
+import hashlib
+
 from aiohttp import web
 
 from ..machinery import errors
@@ -38,7 +40,7 @@ async def serve_non_resource(ctx: ServerContext, request: web.Request, info: Req
                     document = openapi.aggregated_discovery(registry, core=core)
                     document["apiVersion"] = f"apidiscovery.k8s.io/{version}"
                     content_type = DISCOVERY_V2 if version == "v2" else DISCOVERY_V2BETA1
-                    return json_response(document, content_type=content_type)
+                    return _with_etag(request, json_response(document, content_type=content_type))
             if media.is_json and "as" not in media.params:
                 break
         if core:
@@ -74,6 +76,21 @@ async def serve_non_resource(ctx: ServerContext, request: web.Request, info: Req
     if found is None:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     return json_response(found)
+
+
+def _with_etag(request: web.Request, response: web.Response) -> web.Response:
+    """Aggregated discovery as kube-apiserver serves it (``aggregated.ServeHTTPWithETag``): the ETag of the body,
+    ``Vary: Accept``, and 304 Not Modified when the client's If-None-Match names it. kube-apiserver says
+    ``Cache-Control: public``; the twin says ``no-cache`` (``ApiServer._date_header``: its Date runs ahead of the
+    client's clock), so a client revalidates each time, as it would with a server whose clock agrees with its own."""
+    body = response.body if isinstance(response.body, bytes) else b""
+    etag = '"' + hashlib.sha512(body).hexdigest().upper() + '"'
+    if etag in (value.strip() for value in request.headers.get("If-None-Match", "").split(",")):
+        response = web.Response(status=304)
+    response.headers["ETag"] = etag
+    response.headers["Vary"] = "Accept"
+    response.headers["Cache-Control"] = "public, no-cache"
+    return response
 
 
 def version_info(ctx: ServerContext) -> Obj:

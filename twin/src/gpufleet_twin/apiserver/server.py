@@ -77,6 +77,11 @@ class ApiServer(ServerContext):
         # the simulated one, so clients that time things by the server (a bake
         # window) see simulated time pass.
         response.headers["Date"] = email.utils.formatdate(self.twin.clock.now(), usegmt=True)
+        # kube-apiserver's WithCacheControl filter: every answer that sets no Cache-Control of its own gets
+        # "no-cache, private". It matters more here than there: an HTTP cache (kubectl's discovery cache) judges a
+        # response's age by its own clock against Date, and the twin's Date runs ahead, so without no-cache a cached
+        # answer would look fresh until the wall clock caught up (kubectl would never see a CRD created since).
+        response.headers.setdefault("Cache-Control", "no-cache, private")
 
     async def _on_shutdown(self, app: web.Application) -> None:
         self.stopping.set()
