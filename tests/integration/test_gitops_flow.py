@@ -364,6 +364,7 @@ def live_mofed(twin) -> str:
     ]
 
 
+@pytest.mark.long
 def test_the_network_operator_group_changes_the_nicclusterpolicy_through_git_and_rolls_back_by_revert(tmp_path):
     """The NicClusterPolicy listed in gpufleet_gitops.manifests: the MOFED canary commits the version to its
     manifest, waits for Argo CD to apply it, then reloads the canary node as without GitOps; the collection never
