@@ -598,6 +598,7 @@ class DriverRollout:
         result["targets"] = [entry["node"] for entry in timeline] or list(engine.get("plan", {}).get("order") or [])
         result["timeline"] = timeline_of(timeline)
         result["failures"] = manual_failures(timeline)
+        result["nodes_not_granted"] = list(engine.get("nodes_not_granted") or [])
         failed = list(engine.get("nodes_failed") or [])
         result["progress"] = {
             "done": list(engine.get("nodes_done") or []) + list(engine.get("nodes_skipped") or []),

@@ -38,6 +38,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeApi
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import NODE_MAINTENANCES
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 API_GROUP_VERSION = "maintenance.nvidia.com/v1alpha1"
@@ -48,6 +49,11 @@ DEFAULT_REQUESTOR_ID = "gpufleet.upgrade"
 GC_IGNORE_ANNOTATION = "maintenance.nvidia.com/garbage-collector.ignore"
 READY = "Ready"
 PENDING = "Pending"
+# A requestor whose work on the node failed says so on its request (maintenance-operator api/v1alpha1: the condition
+# type RequestorFailed, reason FailedMaintenance): the operator's Ready reason becomes RequestorFailed, and the
+# request is kept, node cordoned, until the requestor clears the condition or gives the node back.
+REQUESTOR_FAILED = "RequestorFailed"
+FAILED_MAINTENANCE = "FailedMaintenance"
 # k8s-operator-libs' default eviction filters (resource name regexes) for the GPU and the Network Operator's pods.
 GPU_EVICTION_FILTER = "nvidia.com/gpu-*"
 RDMA_EVICTION_FILTER = "nvidia.com/rdma*"
@@ -164,6 +170,35 @@ def is_ready(obj: Optional[Mapping[str, Any]]) -> bool:
     return ready_reason(obj) == READY
 
 
+def requestor_failed(obj: Optional[Mapping[str, Any]]) -> bool:
+    """Whether the request carries a RequestorFailed condition that is True."""
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or ()
+    return any(
+        isinstance(item, Mapping) and item.get("type") == REQUESTOR_FAILED and item.get("status") == "True"
+        for item in conditions
+    )
+
+
+def conditions_after(obj: Mapping[str, Any], *, failed: bool, message: str, moment: str) -> List[Dict[str, Any]]:
+    """The request's conditions with RequestorFailed set True (``failed``, with ``message``) or taken out."""
+    kept = [
+        dict(condition)
+        for condition in ((obj.get("status") or {}).get("conditions") or ())
+        if isinstance(condition, Mapping) and condition.get("type") != REQUESTOR_FAILED
+    ]
+    if failed:
+        kept.append(
+            {
+                "type": REQUESTOR_FAILED,
+                "status": "True",
+                "reason": FAILED_MAINTENANCE,
+                "message": message[:32768],  # metav1.Condition's limit
+                "lastTransitionTime": moment,
+            }
+        )
+    return kept
+
+
 def validate_settings(settings: MaintenanceSettings) -> None:
     if not settings.requestor_id.strip():
         raise InvalidInputError("node_maintenance.requestor_id must not be empty")
@@ -245,6 +280,33 @@ def _set_additional(
     return None
 
 
+def set_requestor_failed(
+    api: KubeApi, settings: MaintenanceSettings, node: str, *, failed: bool, message: str = ""
+) -> Optional[Dict[str, Any]]:
+    """Set (``failed``) or clear the RequestorFailed condition of our own request for the node (its status, guarded
+    by the resourceVersion read); a request of another requestor that we joined is theirs to mark. Returns the
+    request, None when there is none of ours."""
+    for attempt in range(_CONFLICT_RETRIES):
+        current = _get(api, settings, node)
+        if current is None or request_action(current, settings.requestor_id) != "ours":
+            return None
+        if requestor_failed(current) == failed:
+            return current
+        moment = iso(api.cluster_now())
+        patch = {
+            "metadata": {"resourceVersion": current["metadata"].get("resourceVersion")},
+            "status": {"conditions": conditions_after(current, failed=failed, message=message, moment=moment)},
+        }
+        try:
+            name = current["metadata"]["name"]
+            return api.patch(NODE_MAINTENANCES, name, patch, namespace=settings.namespace, subresource="status")
+        except KubeApiError as err:
+            # The operator wrote the status between our read and our write: read again.
+            if err.status != 409 or attempt == _CONFLICT_RETRIES - 1:
+                raise
+    return None
+
+
 def request_node(
     api: KubeApi, settings: MaintenanceSettings, node: str, existing: Optional[Mapping[str, Any]] = None
 ) -> str:
@@ -282,6 +344,10 @@ def wait_granted(
         if request_action(current, settings.requestor_id) in ("create", "join"):
             # Deleted (by its owner) or left by us meanwhile: ask again.
             request_node(api, settings, node, current)
+            current = _get(api, settings, node)
+        elif requestor_failed(current) and request_action(current, settings.requestor_id) == "ours":
+            # Our request from a run that failed on the node: the node is being worked on again.
+            set_requestor_failed(api, settings, node, failed=False)
             current = _get(api, settings, node)
         return current
 

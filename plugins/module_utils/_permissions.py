@@ -445,6 +445,7 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, _L, "", "events"),
             # Without the upgrade controller, where the NVIDIA Maintenance Operator runs.
             _g(UPGRADE_ROLE, _NODE_MAINTENANCE, "maintenance.nvidia.com", "nodemaintenances"),
+            _g(UPGRADE_ROLE, ("patch",), "maintenance.nvidia.com", "nodemaintenances/status"),
             _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
             # A fleet-wide run compares held nodes' driver pods with the DaemonSet's newest revision.
             _g(GPU_OPERATOR_ROLE, _L, "apps", "controllerrevisions"),
@@ -469,6 +470,7 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "mellanox.com", "nicclusterpolicies"),
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
             _g(UPGRADE_ROLE, _NODE_MAINTENANCE, "maintenance.nvidia.com", "nodemaintenances"),
+            _g(UPGRADE_ROLE, ("patch",), "maintenance.nvidia.com", "nodemaintenances/status"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
             _g(UPGRADE_ROLE, ("create",), "", "pods/eviction"),
             _g(UPGRADE_ROLE, _L, "policy", "poddisruptionbudgets"),
@@ -505,6 +507,7 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
         (
             _g(UPGRADE_ROLE, ("get", "list", "patch"), "", "nodes"),
             _g(UPGRADE_ROLE, _NODE_MAINTENANCE, "maintenance.nvidia.com", "nodemaintenances"),
+            _g(UPGRADE_ROLE, ("patch",), "maintenance.nvidia.com", "nodemaintenances/status"),
             _g(UPGRADE_ROLE, _L, "", "pods"),
             # Pods that hold GPUs through Dynamic Resource Allocation: their claims, where a pod names one.
             _g(UPGRADE_ROLE, _L, "resource.k8s.io", "resourceclaims"),

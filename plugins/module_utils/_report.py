@@ -212,6 +212,10 @@ def _stage_next(entry: Mapping[str, Any]) -> str:
         )
     if outcome == "failed" and stage in ("canary", "promote") and entry.get("cluster_changed") is False:
         return f"Nothing on the cluster was changed: fix what failed, then run stage={stage} again."
+    not_granted = _not_granted(entry)
+    failed_nodes = [f for f in entry.get("failures") or [] if isinstance(f, Mapping) and f.get("node")]
+    if outcome == "failed" and stage in ("canary", "promote") and not_granted and not failed_nodes:
+        return _next_after_not_granted(stage, not_granted)
     if outcome == "failed" and entry.get("gates_could_not_run"):
         unjudged = (
             "The validation gates could not run because of the cluster: the Kubernetes API failed them, or their "
@@ -273,6 +277,25 @@ def _next_after_alerts(entry: Mapping[str, Any]) -> str:
         "before; the matrix was not changed). Once they stop firing run stage=promote again: it resumes where it "
         "stopped. Or run stage=rollback to return every node to current_production."
     )
+
+
+def _not_granted(entry: Mapping[str, Any]) -> List[str]:
+    """The nodes whose maintenance the NVIDIA Maintenance Operator never scheduled (their requests withdrawn)."""
+    return [str(node) for node in entry.get("nodes_not_granted") or []]
+
+
+def _next_after_not_granted(stage: Any, nodes: List[str]) -> str:
+    """A stage halted because the Maintenance Operator's budget had no room: no verdict on any node, so the way on
+    is the same stage once there is room (the undo stays there for who wants it)."""
+    text = (
+        f"The NVIDIA Maintenance Operator did not schedule the maintenance of {', '.join(nodes)} in time (other "
+        "requestors held the cluster's budget: kubectl get nodemaintenances -A); no node failed, and the nodes "
+        f"not reached run what they ran before. Run stage={stage} again once it has room: it resumes where it "
+        "stopped"
+    )
+    if stage == "promote":
+        return text + " (the matrix was not changed). Or run stage=rollback to return every node to current_production."
+    return text + ", then bake and promote as usual."
 
 
 def _hours_after(moment: Any, hours: Any) -> str:

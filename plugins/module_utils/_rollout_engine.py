@@ -77,6 +77,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
     MaintenanceNotGrantedError,
     MaintenanceSettings,
+    set_requestor_failed,
     wait_granted,
     wait_released,
 )
@@ -823,7 +824,18 @@ class KubeRolloutCluster:
         return detail
 
     def fail_node(self, name: str, *, step: str, reason: str) -> None:
+        """Mark the node failed; with the Maintenance Operator, our request for it keeps the node cordoned and says
+        RequestorFailed (the operator then neither ends it nor counts it as done)."""
         self._apply(name, fail_write(settings=self.settings, step=step, reason=reason, moment=iso(self.now())))
+        if self.settings.maintenance is None:
+            return
+        try:
+            set_requestor_failed(
+                self.api, self.settings.maintenance, name, failed=True, message=f"{self.settings.name}: {reason}"
+            )
+        except KubeApiError as err:
+            # The node's annotations and Event are the record; the request stays as it was.
+            self.warnings.append(f"Could not mark the NodeMaintenance of node {name} RequestorFailed: {err.msg}")
 
     def release_node(self, name: str) -> None:
         self._give_back(name)
@@ -1253,6 +1265,7 @@ def _summary(plan: RolloutPlan, *, runs: Sequence[NodeRun], waiting: Mapping[str
         "nodes_released": [run.node for run in runs if run.outcome == STATE_RELEASED],
         "nodes_skipped": list(plan.skipped),
         "nodes_not_started": not_granted + not_started,
+        "nodes_not_granted": not_granted,
         "max_unavailable": plan.budget.max_unavailable,
         "timeline": timeline,
     }

@@ -279,6 +279,14 @@ failures:
       state: upgrade-failed
       reason: "driver pod nvidia-gpu-operator/nvidia-driver-daemonset-x (driver 575.57.08) is CrashLoopBackOff after
         11 restarts: no kernel-devel package matches the running kernel 5.14.0-427.40.1.el9_4.x86_64"
+nodes_not_granted:
+  description:
+    - Nodes whose NodeMaintenance the NVIDIA Maintenance Operator did not schedule within
+      C(node_maintenance.timeout); each request was withdrawn and the node left as it was. Not a failure:
+      running the module again when the operator has room resumes the rollout.
+  returned: when the module rolled without the upgrade controller
+  type: list
+  elements: str
 halted:
   description: True when the rollout halted at a failed node.
   returned: always

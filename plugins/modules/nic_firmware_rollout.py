@@ -254,6 +254,14 @@ failures:
   type: list
   elements: dict
   sample: [{node: gpu-worker-003, step: reboot, reason: "BMC https://...: firmware job JID_1 ... ended Failed: ..."}]
+nodes_not_granted:
+  description:
+    - Nodes whose NodeMaintenance the NVIDIA Maintenance Operator did not schedule within
+      C(node_maintenance.timeout); each request was withdrawn and the node left as it was. Not a failure:
+      running the module again when the operator has room resumes the rollout.
+  returned: unless preflight_only
+  type: list
+  elements: str
 nodes_done:
   description: Nodes flashed in this run.
   returned: unless preflight_only

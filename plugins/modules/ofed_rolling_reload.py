@@ -340,6 +340,14 @@ failures:
   elements: dict
   sample: [{node: gpu-worker-003, step: evict-pods, reason: "Cannot evict pod ml-training/x from node gpu-worker-003:
             PodDisruptionBudget ml-training/x (maxUnavailable 0, disruptionsAllowed 0) refused it for 300s"}]
+nodes_not_granted:
+  description:
+    - Nodes whose NodeMaintenance the NVIDIA Maintenance Operator did not schedule within
+      C(node_maintenance.timeout); each request was withdrawn and the node left as it was. Not a failure:
+      running the module again when the operator has room resumes the rollout.
+  returned: when a rollout ran
+  type: list
+  elements: str
 halted:
   description: True when the rollout stopped at a failed node (or was halted by one from an earlier run).
   returned: when a rollout ran

@@ -34,7 +34,8 @@ from .test_clusterpolicy_upgrade import twin_factory as start_twin_fixture
 from .test_doctor import apply
 from .test_gpu_driver_without_controller import PROGRESS, turn_the_controller_off
 from .test_ofed_rolling_reload import NEW as OFED_NEW
-from .test_ofed_rolling_reload import mofed_ready, mofed_versions
+from .test_ofed_rolling_reload import STATE as OFED_STATE
+from .test_ofed_rolling_reload import mofed_ready, mofed_versions, workers
 from .test_ofed_rolling_reload import run_module as run_ofed
 
 pytestmark = pytest.mark.slow
@@ -102,6 +103,7 @@ def test_a_rollout_shares_the_maintenance_operators_budget_with_another_requesto
     assert result["rollout"]["nodes_failed"] == []
     (withdrawn,) = [row["node"] for row in timeline.values() if row["outcome"] == "not-granted"]
     assert withdrawn in result["rollout"]["nodes_not_started"]
+    assert result["nodes_not_granted"] == [withdrawn] and result["failures"] == []  # what the report's Next reads
     # What is left: the other requestor's request only, without our ID; the held node cordoned for its owner; the
     # withdrawn node untouched (no progress marks, schedulable, its old driver).
     left = node_maintenances(twin)
@@ -144,3 +146,38 @@ def test_a_rolling_mofed_reload_goes_node_by_node_as_the_operator_grants(twin_fa
     assert all(detail["request"] == "create" and detail["holders"] == [OURS] for detail in requests.values())
     assert node_maintenances(twin) == {} and not cordoned(twin)
     assert max_unavailable_at_once(twin.report()) == 1, "the operator's budget, not the module's, paced the reload"
+
+
+def test_a_node_that_fails_keeps_its_request_marked_requestor_failed_until_a_run_resumes_it(twin_factory, tmp_path):
+    """maintenance-operator's RequestorFailed (reason FailedMaintenance): the requestor says its work on the node
+    failed; the operator turns the request's Ready reason into RequestorFailed and keeps the node cordoned. A run that
+    resumes the node takes the condition back, and gives the node back when it is done."""
+    scenario = {"profile": "openshift", "workloads": False, "maintenance_operator": {"maxUnavailable": 1}}
+    twin = twin_factory(scenario=scenario)
+    mofed_ready(twin)
+    first = "gpu-worker-001"
+    kernel = workers(twin)[first]["status"]["nodeInfo"]["kernelVersion"]
+    twin.admin("POST", "faults", {"type": "mofed_build_fails", "kernel": kernel})
+    args = {"nodes": [first], "restart_limit": 1, "reload_timeout": 120, "node_maintenance": {"timeout": 240}}
+    run, result = run_ofed(twin, tmp_path, args)
+    assert run.returncode != 0, run.output[-3000:]
+    assert [failure["node"] for failure in result["failures"]] == [first], result["failures"]
+    request = node_maintenances(twin)[f"nvidia-operator-{first}"]
+    failed = next(c for c in request["status"]["conditions"] if c["type"] == "RequestorFailed")
+    assert (failed["status"], failed["reason"]) == ("True", "FailedMaintenance"), failed
+    assert "reload-mofed" in failed["message"] or "CrashLoopBackOff" in failed["message"], failed
+    wait_for(lambda: ready_reason(node_maintenances(twin)[f"nvidia-operator-{first}"]) == "RequestorFailed",
+             what="the operator to see the requestor failed")  # fmt: skip
+    assert cordoned(twin) == {first}
+
+    # Fixed (the kernel packages found, the crash-looping pod replaced), the halt cleared as the module's message
+    # says; the same run again.
+    twin.admin("DELETE", "faults")
+    kubectl(twin, "delete", "pod", "-n", "nvidia-network-operator", "-l", "nvidia.com/ofed-driver",
+            "--field-selector", f"spec.nodeName={first}", "--wait=false")  # fmt: skip
+    kubectl(twin, "annotate", "node", first, f"{OFED_STATE}=pending", "--overwrite")
+    run, result = run_ofed(twin, tmp_path, args)
+    assert run.returncode == 0, run.output[-3000:]
+    assert mofed_versions(twin)[first] == OFED_NEW
+    assert result["timeline"][0]["steps"][0]["detail"]["request"] == "ours", result["timeline"][0]
+    assert node_maintenances(twin) == {} and not cordoned(twin)

@@ -9,7 +9,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
     GC_IGNORE_ANNOTATION,
     RDMA_EVICTION_FILTER,
+    REQUESTOR_FAILED,
     MaintenanceSettings,
+    conditions_after,
     drain_spec,
     holders,
     maintenance_choice_from_params,
@@ -17,6 +19,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance
     release_action,
     request_action,
     request_body,
+    requestor_failed,
     validate_settings,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
@@ -95,3 +98,20 @@ def test_bad_settings_are_refused_naming_the_option():
         requestor_id="me", namespace="ops", timeout=5
     )
     assert maintenance_choice_from_params(None).mode == "auto"
+
+
+def test_a_failed_requestor_says_so_on_its_request_and_takes_it_back_when_it_resumes():
+    ready = request(OURS, reason="Ready")
+    assert not requestor_failed(ready)
+    marked = conditions_after(ready, failed=True, message="x" * 40000, moment="2026-11-28T10:00:00Z")
+    assert marked[0] == ready["status"]["conditions"][0]  # the operator's Ready condition is kept as it is
+    assert {key: marked[1][key] for key in ("type", "status", "reason", "lastTransitionTime")} == {
+        "type": REQUESTOR_FAILED,
+        "status": "True",
+        "reason": "FailedMaintenance",
+        "lastTransitionTime": "2026-11-28T10:00:00Z",
+    }
+    assert len(marked[1]["message"]) == 32768
+    failed = {**ready, "status": {"conditions": marked}}
+    assert requestor_failed(failed)
+    assert conditions_after(failed, failed=False, message="", moment="") == ready["status"]["conditions"]

@@ -189,6 +189,22 @@ def test_next_of_a_failure_is_a_stage_that_works_from_where_it_stopped() -> None
     assert "run stage=rollback again" in next_step({"stage": "rollback", "outcome": "failed"})
 
 
+def test_next_after_the_maintenance_operator_granted_no_room_reruns_the_stage() -> None:
+    # What the rollout engine returns and roles/upgrade keeps in the entry (nodes_not_granted).
+    granted_none = {"nodes_not_granted": ["gpu-worker-002"]}
+    promote = next_step({"stage": "promote", "outcome": "failed", "cluster_changed": True, **granted_none})
+    assert "did not schedule the maintenance of gpu-worker-002" in promote, promote
+    assert "run stage=promote again once it has room: it resumes where it stopped" in promote.lower(), promote
+    assert "mixed versions" not in promote
+    # ofed_rolling_reload words the halt as a failure of no node.
+    halt = [{"node": "", "step": "", "reason": "Rollout halted: node gpu-worker-002 was not started"}]
+    canary = next_step({"stage": "canary", "outcome": "failed", "failures": halt, **granted_none})
+    assert "Run stage=canary again" in canary and "rollback" not in canary, canary
+    # A node that failed besides is a verdict: its failures lead the way as before.
+    failed = {"stage": "promote", "outcome": "failed", **granted_none, "failures": [{"node": "gpu-worker-001"}]}
+    assert next_step(failed) == "The fleet may run mixed versions: read the failures, then run stage=rollback."
+
+
 def test_next_after_alerts_held_a_stage_names_them_and_reruns_the_stage() -> None:
     held = ["GPUXidError{Hostname=gpu-worker-003, gpu=0}"]
     bake = next_step({"stage": "bake", "outcome": "failed", "held_by_alerts": held})
