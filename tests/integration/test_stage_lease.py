@@ -7,7 +7,7 @@
   (coordination.k8s.io/v1) in the ledger's namespace: a second run is refused
   before any write, naming the holder and the Lease's age; a killed run's
   Lease expires after its duration on the twin's clock, then a re-run
-  resumes; the Lease is released at the end of a stage, failed or not.
+  resumes; the Lease is released at the end of a stage (a failed one: test_upgrade_flow's failed canary).
 """
 
 from __future__ import annotations
@@ -30,12 +30,21 @@ import pytest
 from gpufleet_twin.process import TwinProcess, start_twin
 
 from .conftest import ROOT, VENV_BIN, kubectl, run_playbook
-from .test_upgrade_flow import CANARY, EXAMPLE, NAMESPACE, NEW_DRIVER, drivers, flow, writes
+from .test_upgrade_flow import (
+    CANARY,
+    EXAMPLE,
+    NAMESPACE,
+    NEW_DRIVER,
+    drivers,
+    flow,
+    lease,
+    patch_lease,
+    writes,
+)
 
 pytestmark = pytest.mark.slow
 
 MODULE_PLAYBOOK = "tests/integration/playbooks/gpu_clusterpolicy_upgrade.yml"
-LEASE = "gpufleet-upgrade"
 DAY = 86400
 
 
@@ -162,11 +171,6 @@ def assert_stops_and_stays_quiet(twin: TwinProcess, modules: list[int]) -> None:
     assert report["total"] == 0, f"requests after the module stopped: {report['by_verb_resource']}"
 
 
-def lease(twin: TwinProcess) -> dict[str, Any]:
-    found = kubectl(twin, "get", "lease", "-n", NAMESPACE, LEASE, "-o", "json", check=False)
-    return json.loads(found)["spec"] if found else {}
-
-
 def states(twin: TwinProcess) -> dict[str, str]:
     nodes = json.loads(kubectl(twin, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"))["items"]
     return {
@@ -271,29 +275,6 @@ def test_a_concurrent_second_run_is_refused_naming_the_holder(twin_at, workspace
     assert sorted(e["outcome"] for e in ledger) == ["refused", "success"]
 
 
-def test_the_lease_is_released_after_a_failed_stage(twin_at, workspace):
-    twin = twin_at(600)
-    twin.admin("POST", "faults", {"type": "ib_port_down", "node": CANARY, "device": "mlx5_3"})
-    canary = flow(twin, workspace, "canary")
-    assert canary.returncode != 0, canary.output[-5000:]
-    assert "Stage canary: failed" in canary.output
-    held = lease(twin)
-    assert held and held["holderIdentity"] == "", "a failed stage releases its Lease too"
-    # Check mode takes no Lease and writes nothing, yet is refused while another run holds a valid one.
-    now = twin.admin("GET", "clock")["now"]
-    taken = {"holderIdentity": "bob@elsewhere, run 1", "leaseDurationSeconds": DAY, "acquireTime": now,
-             "renewTime": now}  # fmt: skip
-    kubectl(twin, "patch", "lease", "-n", NAMESPACE, LEASE, "--type=merge", "-p", json.dumps({"spec": taken}))
-    twin.admin("POST", "report/reset")
-    variables = {"stage": "rollback", "upgrade_matrix_file": str(workspace / "matrix.yaml"),
-                 "upgrade_report_dir": str(workspace / "reports")}  # fmt: skip
-    check = run_playbook("playbooks/upgrade.yml", twin=twin, extra_vars=variables, check=True)
-    assert check.returncode != 0, check.output[-3000:]
-    assert "Another run holds the Lease: bob@elsewhere, run 1, for " in check.output, check.output[-3000:]
-    assert writes(twin) == {}
-    assert lease(twin)["holderIdentity"] == "bob@elsewhere, run 1"
-
-
 # -- 409 Conflict on the Lease's own write -------------------------------------------------------------------
 LEASE_PLAYBOOK = "tests/integration/playbooks/stage_lease.yml"
 ALICE = "alice@controller, run 1"
@@ -347,7 +328,7 @@ def test_a_409_because_another_run_took_the_lease_meanwhile_is_refused_naming_it
         # A day long: the held PUT waits 20 real seconds, hours of the twin's clock.
         bob = {"holderIdentity": "bob@elsewhere, run 2", "leaseDurationSeconds": DAY, "acquireTime": now,
                "renewTime": now}  # fmt: skip
-        kubectl(twin, "patch", "lease", "-n", NAMESPACE, LEASE, "--type=merge", "-p", json.dumps({"spec": bob}))
+        patch_lease(twin, bob)
         assert process.wait(timeout=120) != 0, "the run that lost the race is refused"
     raced = log.read_text()
     assert "409 Conflict): Another run holds the Lease: bob@elsewhere, run 2, for " in raced, raced[-3000:]

@@ -61,6 +61,19 @@ def flow(twin, workspace: pathlib.Path, stage: str, *, environment: dict | None 
     )
 
 
+STAGE_LEASE = "gpufleet-upgrade"  # the stage Lease in NAMESPACE (roles/upgrade: upgrade_lease_name)
+
+
+def lease(twin) -> dict:
+    """The stage Lease's spec ({} when there is none)."""
+    found = kubectl(twin, "get", "lease", "-n", NAMESPACE, STAGE_LEASE, "-o", "json", check=False)
+    return json.loads(found)["spec"] if found else {}
+
+
+def patch_lease(twin, spec: dict) -> None:
+    kubectl(twin, "patch", "lease", "-n", NAMESPACE, STAGE_LEASE, "--type=merge", "-p", json.dumps({"spec": spec}))
+
+
 def writes(twin) -> dict:
     """Writes the twin served since its report was last reset, by verb and resource.
 
@@ -309,6 +322,31 @@ def test_failed_gate_on_the_canary_then_rollback(fresh_twin, workspace):
     report = last_report(workspace, "canary")
     assert "## What failed and why" in report and "Evidence, rdma on gpu-worker-001" in report
     assert "State: Down" in report  # the raw ibstat excerpt
+
+    # A failed stage releases its Lease too. A check-mode run takes none and writes nothing, yet is refused while
+    # another run holds a valid one (test_stage_lease follows the Lease through kills, expiry and races).
+    held = lease(twin)
+    assert held and held["holderIdentity"] == "", "a failed stage releases its Lease too"
+    now = twin.admin("GET", "clock")["now"]
+    bob = {
+        "holderIdentity": "bob@elsewhere, run 1",
+        "leaseDurationSeconds": 86400,
+        "acquireTime": now,
+        "renewTime": now,
+    }
+    kubectl(twin, "patch", "lease", "-n", NAMESPACE, STAGE_LEASE, "--type=merge", "-p", json.dumps({"spec": bob}))
+    twin.admin("POST", "report/reset")
+    variables = {"stage": "rollback", "upgrade_matrix_file": str(workspace / "matrix.yaml"),
+                 "upgrade_report_dir": str(workspace / "reports")}  # fmt: skip
+    check = run_playbook("playbooks/upgrade.yml", twin=twin, extra_vars=variables, check=True)
+    assert check.returncode != 0, check.output[-3000:]
+    assert "Another run holds the Lease: bob@elsewhere, run 1, for " in check.output, check.output[-3000:]
+    assert writes(twin) == {}
+    assert lease(twin)["holderIdentity"] == "bob@elsewhere, run 1"
+    # Bob's run ends.
+    kubectl(
+        twin, "patch", "lease", "-n", NAMESPACE, STAGE_LEASE, "--type=merge", "-p", '{"spec":{"holderIdentity":""}}'
+    )
 
     # No new canary of a failed change: roll back first.
     blocked = flow(twin, workspace, "canary")
