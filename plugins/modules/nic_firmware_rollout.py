@@ -257,7 +257,7 @@ failures:
 nodes_not_granted:
   description:
     - Nodes whose NodeMaintenance the NVIDIA Maintenance Operator did not schedule within
-      C(node_maintenance.timeout); each request was withdrawn and the node left as it was. Not a failure:
+      C(node_maintenance.timeout); each request was withdrawn and the node left as it was. Not a failure;
       running the module again when the operator has room resumes the rollout.
   returned: unless preflight_only
   type: list
