@@ -22,7 +22,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rehearsal import
 from .accounts import account_env, apply_shipped_roles, refused, token_of
 from .conftest import ROOT, kubectl, run_playbook
 
-pytestmark = pytest.mark.slow
+# make test-long's: a snapshot, a rehearsal and the real promote it predicts (270 s of a worker in a clean-clone make
+# test); make test still checks the rehearse playbook's permissions (test_rbac_minimal).
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 EXAMPLE = ROOT / "examples" / "gpu-version-matrix.yaml"
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
