@@ -281,13 +281,19 @@ def _set_additional(
 
 
 def set_requestor_failed(
-    api: KubeApi, settings: MaintenanceSettings, node: str, *, failed: bool, message: str = ""
+    api: KubeApi,
+    settings: MaintenanceSettings,
+    node: str,
+    *,
+    failed: bool,
+    message: str = "",
+    existing: Optional[Mapping[str, Any]] = None,
 ) -> Optional[Dict[str, Any]]:
     """Set (``failed``) or clear the RequestorFailed condition of our own request for the node (its status, guarded
-    by the resourceVersion read); a request of another requestor that we joined is theirs to mark. Returns the
-    request, None when there is none of ours."""
+    by the resourceVersion read; ``existing``, read here unless given); a request of another requestor that we joined
+    is theirs to mark. Returns the request as it is now, None when there is none of ours."""
     for attempt in range(_CONFLICT_RETRIES):
-        current = _get(api, settings, node)
+        current = dict(existing) if existing is not None and attempt == 0 else _get(api, settings, node)
         if current is None or request_action(current, settings.requestor_id) != "ours":
             return None
         if requestor_failed(current) == failed:
@@ -345,10 +351,9 @@ def wait_granted(
             # Deleted (by its owner) or left by us meanwhile: ask again.
             request_node(api, settings, node, current)
             current = _get(api, settings, node)
-        elif requestor_failed(current) and request_action(current, settings.requestor_id) == "ours":
-            # Our request from a run that failed on the node: the node is being worked on again.
-            set_requestor_failed(api, settings, node, failed=False)
-            current = _get(api, settings, node)
+        elif requestor_failed(current):
+            # Our request from a run that failed on the node: worked on again (another's that we joined is theirs).
+            current = set_requestor_failed(api, settings, node, failed=False, existing=current) or current
         return current
 
     where = f"NodeMaintenance {settings.namespace}/{settings.object_name(node)}"

@@ -334,7 +334,7 @@ def test_failed_gate_on_the_canary_then_rollback(fresh_twin, workspace):
         "acquireTime": now,
         "renewTime": now,
     }
-    kubectl(twin, "patch", "lease", "-n", NAMESPACE, STAGE_LEASE, "--type=merge", "-p", json.dumps({"spec": bob}))
+    patch_lease(twin, bob)
     twin.admin("POST", "report/reset")
     variables = {"stage": "rollback", "upgrade_matrix_file": str(workspace / "matrix.yaml"),
                  "upgrade_report_dir": str(workspace / "reports")}  # fmt: skip
@@ -344,9 +344,7 @@ def test_failed_gate_on_the_canary_then_rollback(fresh_twin, workspace):
     assert writes(twin) == {}
     assert lease(twin)["holderIdentity"] == "bob@elsewhere, run 1"
     # Bob's run ends.
-    kubectl(
-        twin, "patch", "lease", "-n", NAMESPACE, STAGE_LEASE, "--type=merge", "-p", '{"spec":{"holderIdentity":""}}'
-    )
+    patch_lease(twin, {"holderIdentity": ""})
 
     # No new canary of a failed change: roll back first.
     blocked = flow(twin, workspace, "canary")
