@@ -439,11 +439,11 @@ def test_each_later_stage_one_rule_short_is_refused_naming_it_and_writes_nothing
     for stage, cluster_role, group, resource, verb, named in LATER_STAGE_RULES:
         original = without_verb(twin, cluster_role, group=group, resource=resource, verb=verb)
         twin.admin("POST", "report/reset")
-        refused = stage_as(twin, workspace, stage, token)
-        assert refused.returncode != 0, (stage, refused.output[-4000:])
-        assert "the credentials lack 1 permission(s), so nothing was changed: " + named in refused.output, (
+        run = stage_as(twin, workspace, stage, token)
+        assert run.returncode != 0, (stage, run.output[-4000:])
+        assert "the credentials lack 1 permission(s), so nothing was changed: " + named in run.output, (
             stage,
-            refused.output[-4000:],
+            run.output[-4000:],
         )
         assert writes(twin) == {}, (stage, "a run refused by the preflight writes nothing")
         assert refused(twin) == {}, stage
