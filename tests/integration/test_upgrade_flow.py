@@ -457,6 +457,19 @@ def test_a_group_without_a_role_is_refused_naming_it(shared_twin, workspace):
     assert writes(shared_twin) == {}
 
 
+def test_component_settings_set_outside_the_stage_are_refused_naming_them(shared_twin, workspace):
+    """The stage hands its role one request (gpufleet_component); the role's own names for it, set as extra vars,
+    would override the budget without a word: refused before the Lease, naming them, and nothing is written."""
+    shared_twin.admin("POST", "report/reset")
+    run = flow(shared_twin, workspace, "canary", gpu_operator_max_unavailable=5, gpu_operator_wait_timeout=60)
+    assert run.returncode != 0
+    assert "gpu_operator_max_unavailable, gpu_operator_wait_timeout set for localhost" in run.output
+    assert "the stage decides them for gpufleet.upgrade.gpu_operator" in run.output
+    assert writes(shared_twin) == {}
+    (entry,) = file_ledger(workspace)
+    assert (entry["outcome"], entry["cluster_changed"]) == ("refused", False)
+
+
 def test_an_openshift_change_goes_canary_pool_first_then_every_pool(fresh_twin, workspace):
     """The flow hands the openshift group to its role: canary pool, gates, bake window, then every pool."""
     twin = fresh_twin
