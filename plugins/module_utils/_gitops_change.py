@@ -7,13 +7,18 @@ One run makes at most one commit: the revert of a change's earlier commits
 (a rollback) and the field edits together. The commit's trailers name the
 change and the stage, so a later rollback finds it. The clone's folder is
 locked for the run (``matrix_folder_lock``), as a fleet's forks may share it.
+Check mode changes nothing on disk either: it works in a throwaway clone of
+the clone (or of the remote when there is none yet), brought up to date as
+the real run would be, and removes it.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Sequence
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Mapping, Sequence
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gitops import (
@@ -72,25 +77,54 @@ class _Git:
 def _prepare(git: _Git, run: RunCommand, request: GitopsChangeRequest, result: Dict[str, Any]) -> None:
     """Clone when missing; on the branch; up to date with the remote (fast-forward only)."""
     if not os.path.isdir(os.path.join(request.repository, ".git")):
-        if not request.repository_url:
-            raise InvalidInputError(
-                f"{request.repository} is no Git clone; set gpufleet_gitops.repository_url to clone it there"
-            )
-        code, out, err = run(["git", "clone", "--branch", request.branch, request.repository_url, request.repository])
-        if code != 0:
-            raise GitError(f"git clone {request.repository_url} failed: {(err or out).strip()}")
+        _clone(run, _source(request), request.branch, request.repository)
         result["cloned"] = True
     current = git("symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
     if current != request.branch:
         git("checkout", request.branch)
+    _refuse_uncommitted(git, request)
+    if request.push:
+        git("fetch", request.push_request.remote, request.branch)
+        git("merge", "--ff-only", "FETCH_HEAD")
+    result["base"] = git("rev-parse", "HEAD")
+
+
+def _source(request: GitopsChangeRequest) -> str:
+    if not request.repository_url:
+        raise InvalidInputError(
+            f"{request.repository} is no Git clone; set gpufleet_gitops.repository_url to clone it there"
+        )
+    return request.repository_url
+
+
+def _clone(run: RunCommand, source: str, branch: str, directory: str) -> None:
+    code, out, err = run(["git", "clone", "--quiet", "--branch", branch, source, directory])
+    if code != 0:
+        raise GitError(f"git clone {source} failed: {(err or out).strip()}")
+
+
+def _refuse_uncommitted(git: _Git, request: GitopsChangeRequest) -> None:
     if git("status", "--porcelain", "--untracked-files=no"):
         raise InvalidInputError(
             f"the clone {request.repository} has uncommitted changes (git status): commit or discard them first"
         )
-    if request.push and not request.check_mode:
-        git("fetch", request.push_request.remote, request.branch)
-        git("merge", "--ff-only", "FETCH_HEAD")
-    result["base"] = git("rev-parse", "HEAD")
+
+
+def _preview_clone(git: _Git, run: RunCommand, request: GitopsChangeRequest, directory: str) -> None:
+    """Check mode: ``directory`` becomes what the real run would work on, the clone left as it is.
+
+    A clone of the clone's branch (its own commits included), fast-forwarded from the clone's remote as the real run
+    would be; without a clone, a clone of the remote."""
+    if not os.path.isdir(os.path.join(request.repository, ".git")):
+        _clone(run, _source(request), request.branch, directory)
+        return
+    _refuse_uncommitted(git, request)
+    _clone(run, request.repository, request.branch, directory)
+    if request.push:
+        remote = git("remote", "get-url", request.push_request.remote)
+        preview = _Git(run, directory)
+        preview("fetch", remote, request.branch)
+        preview("merge", "--ff-only", "FETCH_HEAD")
 
 
 def _revert(git: _Git, request: GitopsChangeRequest, paths: Sequence[str], result: Dict[str, Any]) -> None:
@@ -103,7 +137,7 @@ def _revert(git: _Git, request: GitopsChangeRequest, paths: Sequence[str], resul
             log.append((sha, message.strip()))
     shas = commits_to_revert(log)
     result["reverted"] = shas
-    if not shas or request.check_mode:
+    if not shas:
         return
     code, out, err = git.run(["git", "-C", git.directory, "revert", "--no-commit", *shas])
     if code != 0:
@@ -114,9 +148,8 @@ def _revert(git: _Git, request: GitopsChangeRequest, paths: Sequence[str], resul
         )
 
 
-def _edit(request: GitopsChangeRequest, result: Dict[str, Any]) -> List[str]:
-    """Write each change's fields into its manifest; returns the files written."""
-    written: List[str] = []
+def _edit(request: GitopsChangeRequest, result: Dict[str, Any]) -> None:
+    """Write each change's fields into its manifest."""
     for change in request.changes:
         kind, name = str(change.get("kind") or ""), str(change.get("name") or "")
         managed = find_managed(request.manifests, kind=kind, name=name)
@@ -135,32 +168,45 @@ def _edit(request: GitopsChangeRequest, result: Dict[str, Any]) -> List[str]:
         result["diff"].append(
             {"before": text, "after": edit.text, "before_header": managed.path, "after_header": managed.path}
         )
-        if not request.check_mode:
-            write_text_atomically(path, edit.text)
-            written.append(path)
-    return written
+        write_text_atomically(path, edit.text)
 
 
 def run_gitops_change(run: RunCommand, run_env: RunCommandWithEnv, request: GitopsChangeRequest) -> Dict[str, Any]:
     if not request.changes and not request.revert_change:
         raise InvalidInputError("nothing to write: give changes or revert_change")
     result: Dict[str, Any] = {"changed": False, "files": [], "diff": [], "commit": "", "reverted": [], "pushed": False}
+    if request.check_mode:
+        scratch = tempfile.mkdtemp(prefix="gpufleet-gitops-check-")
+        try:
+            preview = os.path.join(scratch, "clone")
+            _preview_clone(_Git(run, request.repository), run, request, preview)
+            # The real run's revert and edits, in the throwaway clone: the diff is what the real run will write.
+            _edit_and_revert(_Git(run, preview), replace(request, repository=preview, check_mode=False), result)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        result["commit"] = result["base"]
+        return result
     # The clone's parent folder is locked: it exists before a clone does.
     repository = os.path.abspath(request.repository)
     os.makedirs(os.path.dirname(repository), exist_ok=True)
     with matrix_folder_lock(repository, timeout=request.lock_timeout):
         git = _Git(run, request.repository)
         _prepare(git, run, request, result)
-        paths = [item.path for item in request.manifests]
-        if request.revert_change:
-            _revert(git, request, paths, result)
-        _edit(request, result)
-        result["changed"] = bool(result["files"] or result["reverted"])
-        if request.check_mode or not result["changed"]:
+        _edit_and_revert(git, request, result)
+        if not result["changed"]:
             result["commit"] = result["base"]
             return result
-        _commit_and_push(git, run_env, request, paths, result)
+        _commit_and_push(git, run_env, request, [item.path for item in request.manifests], result)
     return result
+
+
+def _edit_and_revert(git: _Git, request: GitopsChangeRequest, result: Dict[str, Any]) -> None:
+    """The revert of the change's commits (a rollback), then the field edits, in ``request.repository``."""
+    result.setdefault("base", git("rev-parse", "HEAD"))
+    if request.revert_change:
+        _revert(git, request, [item.path for item in request.manifests], result)
+    _edit(request, result)
+    result["changed"] = bool(result["files"] or result["reverted"])
 
 
 def _commit_and_push(

@@ -27,7 +27,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: Clones a missing clone, computes the edits and the diff, commits and pushes nothing.
+    description:
+      - Works in a throwaway clone (of O(repository), or of O(repository_url) when there is no clone yet), brought
+        up to date as the real run would be; computes the revert, the edits and the diff there and removes it.
+      - The clone, the manifests and the remote are left as they are - nothing is cloned, committed or pushed.
   diff_mode:
     support: full
     description: Each edited manifest's text before and after.

@@ -210,6 +210,7 @@ def test_change_is_cloned_committed_pushed_then_reverted(clone: Path, tmp_path: 
     preview = run_gitops_change(run, run_env, request(work, clone, check_mode=True))
     assert preview["changed"] and preview["files"] == ["gpu-operator/clusterpolicy.yaml"] and not preview["pushed"]
     assert git(clone, "rev-list", "--count", "main") == "1"
+    assert not work.parent.exists(), "check mode clones nothing where the real run will"
 
     done = run_gitops_change(run, run_env, request(work, clone))
     assert done["pushed"] and git(clone, "rev-parse", "main") == done["commit"]
@@ -231,6 +232,39 @@ def test_change_is_cloned_committed_pushed_then_reverted(clone: Path, tmp_path: 
     assert not nothing["changed"] and nothing["reverted"] == []
 
 
+def test_check_mode_previews_the_real_run_and_leaves_the_clone_alone(clone: Path, tmp_path: Path) -> None:
+    """A rollback previewed while the clone is behind the remote: the preview fast-forwards and reverts as the
+    real run will, in a clone of its own; the clone keeps its HEAD, its files and its FETCH_HEAD."""
+    work = tmp_path / "work"
+    done = run_gitops_change(run, run_env, request(work, clone))
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", str(clone), str(other)], check=True, capture_output=True)
+    (other / "README.md").write_text("The platform team's manifests.\n")
+    git(other, "add", ".")
+    git(other, "commit", "-q", "-m", "A README")
+    git(other, "push", "-q", "origin", "main")
+    before = {
+        "head": git(work, "rev-parse", "HEAD"),
+        "fetched": (work / ".git" / "FETCH_HEAD").read_text(),
+        "files": sorted(path.name for path in work.iterdir()),
+    }
+    rollback = request(work, clone, changes=[], revert_change="2026-11-canary", stage="rollback", check_mode=True)
+    preview = run_gitops_change(run, run_env, rollback)
+    assert preview["reverted"] == [done["commit"]] and preview["changed"] and not preview["pushed"]
+    assert preview["base"] == preview["commit"] == git(clone, "rev-parse", "main") != before["head"]
+    after = {
+        "head": git(work, "rev-parse", "HEAD"),
+        "fetched": (work / ".git" / "FETCH_HEAD").read_text(),
+        "files": sorted(path.name for path in work.iterdir()),
+    }
+    assert after == before
+    assert git(clone, "rev-list", "--count", "main") == "3"
+
+    (work / "gpu-operator" / "clusterpolicy.yaml").write_text("edited by hand\n")
+    with pytest.raises(GpuFleetError, match="has uncommitted changes"):
+        run_gitops_change(run, run_env, rollback)
+
+
 def test_review_branch_leaves_the_tracked_branch_alone(clone: Path, tmp_path: Path) -> None:
     work = tmp_path / "review"
     done = run_gitops_change(
@@ -246,7 +280,6 @@ def test_review_branch_leaves_the_tracked_branch_alone(clone: Path, tmp_path: Pa
 
 def test_a_push_that_fails_names_the_commit_left_in_the_clone(clone: Path, tmp_path: Path) -> None:
     work = tmp_path / "refused"
-    run_gitops_change(run, run_env, request(work, clone, check_mode=True))  # clones
 
     def refused(command: list, env: dict) -> tuple:
         if "push" in command:
