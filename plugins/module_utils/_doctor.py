@@ -46,18 +46,23 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     ProgressKeys,
     read_progress,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import (
+    GPU_DRIVER,
+    OFED_DRIVER,
+    SKIP_LABEL_FORMAT,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
 
 GPU = "gpu"
 OFED = "ofed"
 COMPONENTS = {GPU: "gpu-driver", OFED: "ofed-driver"}
 STATE_LABEL = "nvidia.com/{}-driver-upgrade-state"
-SKIP_LABEL = "nvidia.com/{}-driver-upgrade.skip"
+SKIP_LABEL = SKIP_LABEL_FORMAT
 WAIT_START_ANNOTATION = "nvidia.com/{}-driver-upgrade-wait-for-pod-completion-start-time"
 VALIDATION_START_ANNOTATION = "nvidia.com/{}-driver-upgrade-validation-start-time"
 EVENT_REASON = "{}DriverUpgrade"  # GPUDriverUpgrade, OFEDDriverUpgrade
 # This collection's own marks (_gpu_driver_scope, _ofed_plan): a skip label it set for a canary carries these.
-HOLD_ANNOTATIONS = {GPU: "gpufleet.io/gpu-driver-upgrade-hold", OFED: "gpufleet.io/ofed-upgrade-hold"}
+HOLD_ANNOTATIONS = {GPU: GPU_DRIVER.annotation, OFED: OFED_DRIVER.annotation}
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
 DRIVER_POD_LABEL = ("app.kubernetes.io/component", "nvidia-driver")

@@ -39,7 +39,8 @@ Two ways to keep a new driver on the canary nodes, chosen by the caller:
     could do that during the bake.
 
 Skip labels this collection sets carry the annotation ``HOLD_ANNOTATION``,
-so a later promotion releases exactly those and never a person's own.
+so a later promotion releases exactly those and never a person's own
+(``_skip_label``, shared with the OFED rollout).
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec 
     desired_nvidia_driver,
     merge_patch_for,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import GPU_DRIVER
 
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
-SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
-HOLD_ANNOTATION = "gpufleet.io/gpu-driver-upgrade-hold"
+SKIP_LABEL = GPU_DRIVER.label
+HOLD_ANNOTATION = GPU_DRIVER.annotation
 # On a node while it moves between NVIDIADriver pools: who cordoned it.
 POOL_MOVE_ANNOTATION = "gpufleet.io/gpu-driver-pool-move"
 POOL_MOVE_CORDONED = "cordoned"
@@ -205,34 +207,24 @@ def is_default_driver(cr: Mapping[str, Any]) -> bool:
 
 def held_by_others(node: Mapping[str, Any]) -> bool:
     """A skip label somebody else set (this collection marks its own with HOLD_ANNOTATION)."""
-    return labels_of(node).get(SKIP_LABEL) == "true" and HOLD_ANNOTATION not in annotations_of(node)
+    return GPU_DRIVER.held_by_others(node)
 
 
 def hold_write(node: Mapping[str, Any], *, reason: str, why: str) -> Optional[Write]:
     """Skip label plus our annotation, unless the node already carries both."""
-    labels, annotations = labels_of(node), annotations_of(node)
-    if labels.get(SKIP_LABEL) == "true" and annotations.get(HOLD_ANNOTATION):
+    if GPU_DRIVER.held(node) and GPU_DRIVER.held_by_us(node):
         return None
-    desired = {"metadata": {"labels": {SKIP_LABEL: "true"}, "annotations": {HOLD_ANNOTATION: reason}}}
-    return Write(
-        op="patch",
-        kind="Node",
-        name=name_of(node),
-        why=why,
-        phase=PHASE_SCOPE,
-        desired=desired,
-        patch=merge_patch_for(node, desired),
-        before=node_label_view(node),
-    )
+    return _node_write(node, GPU_DRIVER.hold_patch(reason), why=why)
 
 
 def release_write(node: Mapping[str, Any], *, why: str) -> Optional[Write]:
     """Remove the skip label and annotation this collection set (nothing when it set none)."""
-    if HOLD_ANNOTATION not in annotations_of(node):
+    if not GPU_DRIVER.held_by_us(node):
         return None
-    desired: Dict[str, Any] = {"metadata": {"annotations": {HOLD_ANNOTATION: None}}}
-    if SKIP_LABEL in labels_of(node):
-        desired["metadata"]["labels"] = {SKIP_LABEL: None}
+    return _node_write(node, GPU_DRIVER.release_patch(node), why=why)
+
+
+def _node_write(node: Mapping[str, Any], desired: Dict[str, Any], *, why: str) -> Write:
     return Write(
         op="patch",
         kind="Node",

@@ -28,9 +28,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope import (
-    HOLD_ANNOTATION,
     PHASE_SCOPE,
-    SKIP_LABEL,
     STATE_LABEL,
     Write,
     annotations_of,
@@ -40,6 +38,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import driver_version_of_image
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import DRIVER_CONTAINER, STATE_DONE
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import GPU_DRIVER
 
 REVISION_HASH_LABEL = "controller-revision-hash"
 INITIAL_STATE_ANNOTATION = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
@@ -119,7 +118,7 @@ def needless_cycle_writes(
     writes: List[Write] = []
     for node in nodes:
         name, labels, annotations = name_of(node), labels_of(node), annotations_of(node)
-        held = labels.get(SKIP_LABEL) == "true" and HOLD_ANNOTATION in annotations
+        held = GPU_DRIVER.held(node) and GPU_DRIVER.held_by_us(node)
         if name not in wanted or not held or labels.get(STATE_LABEL) != STATE_REQUIRED:
             continue
         if (node.get("spec") or {}).get("unschedulable") or INITIAL_STATE_ANNOTATION in annotations:

@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import apply_merge_patch
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import label_selector_matches
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import node_name
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import OFED_DRIVER
 
 DEFAULT_NAMESPACE = "nvidia-network-operator"
 # Every MOFED pod the Network Operator renders carries this label (its driver pod selector).
@@ -37,11 +38,11 @@ MOFED_POD_SELECTOR = "nvidia.com/ofed-driver"
 MOFED_CONTAINER = "mofed-container"
 # k8s-operator-libs keys with %s = "ofed" (consts.go).
 STATE_LABEL = "nvidia.com/ofed-driver-upgrade-state"
-SKIP_LABEL = "nvidia.com/ofed-driver-upgrade.skip"
+SKIP_LABEL = OFED_DRIVER.label
 STATE_DONE = "upgrade-done"
 STATE_FAILED = "upgrade-failed"
-# Marks a skip label this collection set (so it only ever removes its own).
-HOLD_ANNOTATION = "gpufleet.io/ofed-upgrade-hold"
+# Marks a skip label this collection set, so it only ever removes its own (_skip_label).
+HOLD_ANNOTATION = OFED_DRIVER.annotation
 # isDriverPodFailing: restartCount > 10 with a container not Ready.
 UPSTREAM_RESTART_LIMIT = 10
 
@@ -342,14 +343,12 @@ class AutoNode:
 
 
 def auto_node(node: Mapping[str, Any], pod: Optional[MofedPod], *, version: str) -> AutoNode:
-    meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
     return AutoNode(
         name=node_name(node),
         state=str(labels.get(STATE_LABEL, "")),
-        held=labels.get(SKIP_LABEL) == "true",
-        held_by_us=HOLD_ANNOTATION in annotations,
+        held=OFED_DRIVER.held(node),
+        held_by_us=OFED_DRIVER.held_by_us(node),
         at_target=pod is not None and pod.ready and not pod.terminating and pod.runs(version),
     )
 
@@ -382,7 +381,7 @@ def ofed_diff(
         was = {
             "mofed": pod.image if pod else "",
             "rollout_state": str((meta.get("annotations") or {}).get(state_key, "")),
-            "held": (meta.get("labels") or {}).get(SKIP_LABEL) == "true",
+            "held": OFED_DRIVER.held(by_name.get(name, {})),
         }
         before[name] = was
         after[name] = {
@@ -394,11 +393,3 @@ def ofed_diff(
         "before": {"nic_cluster_policy": {"ofedDriver": ofed}, "nodes": before},
         "after": {"nic_cluster_policy": {"ofedDriver": after_ofed}, "nodes": after},
     }
-
-
-def hold_patch(rollout: str) -> Dict[str, Any]:
-    return {"metadata": {"labels": {SKIP_LABEL: "true"}, "annotations": {HOLD_ANNOTATION: rollout}}}
-
-
-def release_patch() -> Dict[str, Any]:
-    return {"metadata": {"labels": {SKIP_LABEL: None}, "annotations": {HOLD_ANNOTATION: None}}}

@@ -62,13 +62,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_plan import
     TargetSelection,
     auto_node,
     daemonsets_render,
-    hold_patch,
     mofed_pods_by_node,
     new_pod_ready,
     ofed_diff,
     ofed_policy_patch,
     pod_failure,
-    release_patch,
     select_targets,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_safety import (
@@ -103,6 +101,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule
     pool_from_objects,
     rollout_order,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import OFED_DRIVER
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
@@ -595,7 +594,7 @@ class _AutoPacer:
 
     def release(self, names: Sequence[str]) -> None:
         for name in names:
-            self.api.patch(NODES, name, release_patch(), patch_type="merge")
+            self.api.patch(NODES, name, OFED_DRIVER.release_patch(), patch_type="merge")
             self.timeline.released[name] = iso(self.now())
             self.released_now.append(name)
 
@@ -681,7 +680,7 @@ def run_auto_upgrade(
         result["timeline"] = []
         return result
     for name in to_hold:
-        api.patch(NODES, name, hold_patch(options.rollout_name), patch_type="merge")
+        api.patch(NODES, name, OFED_DRIVER.hold_patch(options.rollout_name), patch_type="merge")
     patches = apply_policy(api, options, view)
     result["patches"] = patches
     result["changed"] = bool(patches or to_hold or to_release or order)

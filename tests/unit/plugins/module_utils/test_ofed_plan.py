@@ -22,7 +22,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_plan import
     ofed_diff,
     ofed_policy_patch,
     pod_failure,
-    release_patch,
     select_targets,
 )
 
@@ -169,7 +168,6 @@ def test_auto_node_reads_state_hold_and_version() -> None:
     assert done.done and not done.held
     failed = auto_node(node("n3", {STATE_LABEL: "upgrade-failed"}), None, version=NEW)
     assert failed.failed and not failed.at_target
-    assert release_patch() == {"metadata": {"labels": {SKIP_LABEL: None}, "annotations": {HOLD_ANNOTATION: None}}}
 
 
 def test_the_diff_shows_the_policy_and_each_target_node_before_and_after() -> None:
