@@ -158,6 +158,18 @@ def test_halt_at_the_first_failing_bmc_leaves_the_node_cordoned(twin: TwinProces
     assert result["changed"] is False and sorted(result["targets"]) == nodes
     assert {e["versions"]["NIC.Slot.1-1-1"] for e in result["preflight"]["bmcs"]} == {"28.39.10.02"}
 
+    # gpufleet_node_maintenance sets node_maintenance for every role (how the upgrade flow takes it). This twin has
+    # no Maintenance Operator, so "always" refuses the rollout before any change.
+    always = {
+        **role_vars(twin, tmp_path, nic_firmware_action="promote"),
+        "gpufleet_node_maintenance": {"mode": "always"},
+    }
+    run, result = run_role(twin, tmp_path, always)
+    assert run.returncode != 0
+    assert "node_maintenance is always, but the cluster does not serve NodeMaintenance" in run.output
+    assert not any(node["spec"].get("unschedulable") for node in gpu_nodes(twin).values())
+    assert all(bmc_view(twin, name)["updateRequests"] == 0 for name in nodes)
+
     twin.admin("POST", f"bmc/{first}/fault", {"type": "job-fails", "message": message, "messageId": "RED004"})
     run, result = run_role(twin, tmp_path, role_vars(twin, tmp_path, nic_firmware_action="promote"))
     assert run.returncode != 0
