@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, KubeApiError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import (
     PodSelection,
     describe_pdb,
@@ -18,6 +18,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
     pod_requests_gpu,
     pod_uses_secondary_network,
     pods_to_evict,
+    read_dra_gpus,
     selector_object_matches,
     unfinished_pods,
 )
@@ -302,3 +303,36 @@ def test_pods_holding_gpus_through_dra_claims_are_gpu_pods_for_eviction_and_capa
     node = {"metadata": {"name": NODE}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
     assert free_gpus([node], [shared, templated, nic_only], dra) == {NODE: 5}
     assert free_gpus([node], [shared, templated, nic_only]) == {NODE: 8}
+
+
+class ClaimsApi:
+    """Lists ResourceClaims as an API server does (one namespace's, or every one), noting each request's namespace."""
+
+    def __init__(self, claims: list, *, status: int = 0) -> None:
+        self.claims, self.status, self.asked = claims, status, []
+
+    def list(self, resource, namespace=None, **_):
+        self.asked.append(namespace)
+        if self.status:
+            raise KubeApiError(f"{self.status} from the API server", status=self.status)
+        return [c for c in self.claims if namespace is None or c["metadata"]["namespace"] == namespace]
+
+
+def test_the_claims_are_read_from_one_namespace_or_once_cluster_wide_and_never_for_pods_without_claims():
+    here = dra_pod("shared-a", named="shared")
+    there = dra_pod("trainer-0", from_template="trainer-0-gpus-x7k2p")
+    there["metadata"]["namespace"] = "elsewhere"
+    claims = [
+        claim("shared", "gpu.nvidia.com"),
+        claim("trainer-0-gpus-x7k2p", *["gpu.nvidia.com"] * 2, namespace="elsewhere"),
+    ]
+    api = ClaimsApi(claims)
+    assert read_dra_gpus(api, [here, pod("plain")]) == {"ml/shared-a": 1} and api.asked == ["ml"]
+    api.asked.clear()
+    assert read_dra_gpus(api, [here, there]) == {"ml/shared-a": 1, "elsewhere/trainer-0": 2}
+    assert api.asked == [None], "pods of two namespaces: one cluster-wide list"
+    api.asked.clear()
+    assert read_dra_gpus(api, [pod("plain")]) == {} and api.asked == []
+    assert read_dra_gpus(ClaimsApi(claims, status=404), [here, there]) == {}, "no resource.k8s.io/v1: none held"
+    with pytest.raises(KubeApiError):
+        read_dra_gpus(ClaimsApi(claims, status=403), [here])
