@@ -180,8 +180,10 @@ def run_gitops_change(run: RunCommand, run_env: RunCommandWithEnv, request: Gito
         try:
             preview = os.path.join(scratch, "clone")
             _preview_clone(_Git(run, request.repository), run, request, preview)
+            git = _Git(run, preview)
+            result["base"] = git("rev-parse", "HEAD")
             # The real run's revert and edits, in the throwaway clone: the diff is what the real run will write.
-            _edit_and_revert(_Git(run, preview), replace(request, repository=preview, check_mode=False), result)
+            _edit_and_revert(git, replace(request, repository=preview), result)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         result["commit"] = result["base"]
@@ -202,7 +204,6 @@ def run_gitops_change(run: RunCommand, run_env: RunCommandWithEnv, request: Gito
 
 def _edit_and_revert(git: _Git, request: GitopsChangeRequest, result: Dict[str, Any]) -> None:
     """The revert of the change's commits (a rollback), then the field edits, in ``request.repository``."""
-    result.setdefault("base", git("rev-parse", "HEAD"))
     if request.revert_change:
         _revert(git, request, [item.path for item in request.manifests], result)
     _edit(request, result)

@@ -1,9 +1,9 @@
 """Every molecule scenario (one per role), each against a twin of its own (default driver, no containers).
 
-The base configuration all scenarios share is .config/molecule/config.yml. The twin's BMCs reach a scenario as
-GPUFLEET_MOLECULE_FIRMWARE (JSON: each node's BMC address and credentials, their CA, and a ConnectX-7 image in
-the twin's format), its scratch folder as GPUFLEET_MOLECULE_OUT. The gitops scenario finds there a bare
-repository, gpu-operator.git, holding the twin's ClusterPolicy as a team keeps it in Git.
+The base configuration all scenarios share is .config/molecule/config.yml. Every scenario gets a scratch folder as
+GPUFLEET_MOLECULE_OUT. The twin's BMCs reach the nic_firmware scenario as GPUFLEET_MOLECULE_FIRMWARE (JSON: each
+node's BMC address and credentials, their CA, and a ConnectX-7 image in the twin's format). The gitops scenario finds
+a bare repository in its folder, gpu-operator.git, holding the twin's ClusterPolicy as a team keeps it in Git.
 """
 
 from __future__ import annotations
@@ -87,9 +87,11 @@ def test_scenario(scenario, tmp_path):
         venv_bin = pathlib.Path(sys.executable).parent
         out = tmp_path / "out"
         out.mkdir()
+        env = twin.env()
         if scenario == "gitops":
             seed_repository(twin, out)
-        env = twin.env()
+        if scenario == "nic_firmware":
+            env["GPUFLEET_MOLECULE_FIRMWARE"] = firmware_settings(twin, out)
         env.update(
             PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
             ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -98,7 +100,6 @@ def test_scenario(scenario, tmp_path):
             ANSIBLE_HOME=str(tmp_path / "ansible-home"),
             ANSIBLE_PYTHON_INTERPRETER=sys.executable,
             GPUFLEET_MOLECULE_OUT=str(out),
-            GPUFLEET_MOLECULE_FIRMWARE=firmware_settings(twin, out),
             MOLECULE_NO_LOG="false",
             NO_COLOR="1",
             ANSIBLE_NOCOLOR="1",
