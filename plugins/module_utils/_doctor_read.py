@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeA
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
     DAEMONSETS,
+    DRIVER_SELECTOR,
     EVENTS,
     LEASES,
     MACHINE_CONFIG_POOLS,
@@ -45,7 +46,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
 # beyond it one cluster-wide list costs less than a request per node.
 PER_NODE_POD_READS = 8
 LOG_TAIL_BYTES = 16384
-DRIVER_SELECTOR = "app.kubernetes.io/component=nvidia-driver"
 
 
 def _list_optional(api: KubeApi, ref: ResourceRef, **kwargs: Any) -> List[Dict[str, Any]]:

@@ -51,6 +51,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import
     pod_key,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
+    DRIVER_SELECTOR,
     LEASES,
     MACHINE_CONFIG_POOLS,
     NODES,
@@ -220,7 +221,7 @@ def _restart_validator(api: KubeApi, action: Remediation, *, check_mode: bool, p
 
 def _driver_generation(api: KubeApi, node_name: str) -> str:
     """The uid of the node's driver pod: the validator is restarted once per driver pod."""
-    for pod in list_pods_on_node(api, node_name, label_selector="app.kubernetes.io/component=nvidia-driver"):
+    for pod in list_pods_on_node(api, node_name, label_selector=DRIVER_SELECTOR):
         if not (pod.get("metadata") or {}).get("deletionTimestamp"):
             return str(pod["metadata"].get("uid") or "")
     return "no-driver-pod"

@@ -223,13 +223,24 @@ class DriverTarget:
         )
 
     def fields_for(self, current: Mapping[str, Any]) -> Dict[str, str]:
-        """version, repository and image together: given values win, the others are the object's own."""
-        desired = {
-            "version": self.version,
-            "repository": self.repository if self.repository is not None else current.get("repository"),
-            "image": self.image if self.image is not None else current.get("image"),
-        }
+        """version, repository and image together: given values win, the others are the object's own.
+
+        An object whose ``image`` is a whole reference without a repository (a digest the operator step pinned, or
+        kbld's ``path@digest``) gets its repository and image name from that reference: the operator refuses a
+        version without both (imagePath: "repository, image and version must all be set")."""
+        repository = self.repository if self.repository is not None else current.get("repository")
+        image = self.image if self.image is not None else current.get("image")
+        if not repository and isinstance(image, str) and "/" in image:
+            repository, image = split_reference(image)
+        desired = {"version": self.version, "repository": repository, "image": image}
         return {key: str(value) for key, value in desired.items() if value is not None}
+
+
+def split_reference(reference: str) -> Tuple[str, str]:
+    """``nvcr.io/nvidia/driver@sha256:...`` (or ``:tag``) -> (``nvcr.io/nvidia``, ``driver``)."""
+    path = reference.split("@", 1)[0]
+    repository, _, name = path.rpartition("/")
+    return repository, name.split(":", 1)[0]
 
 
 # -- patches --------------------------------------------------------------------------------

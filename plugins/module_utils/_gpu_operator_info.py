@@ -3,21 +3,26 @@
 """Where the GPU Operator runs and how it is installed (collection-internal).
 
 One read of what roles/gpu_operator needs before it moves the operator: its ClusterPolicies, the namespace the
-operator runs in, its OLM Subscription and the record an interrupted OLM reinstall left. ``honoured_cluster_policy``
-is the one rule for which ClusterPolicy counts: the GPU Operator reconciles only its oldest and marks the others
-ignored.
+operator runs in, its OLM Subscription, the record an interrupted OLM reinstall left, and the driver images its
+release would replace (``_gpu_operands.release_pins``, from the driver DaemonSets and NVIDIADrivers).
+``honoured_cluster_policy`` is the one rule for which ClusterPolicy counts: the GPU Operator reconciles only its
+oldest and marks the others ignored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import KubeApiError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope import name_of
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_operands import release_pins
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
     CONFIGMAPS,
+    DAEMONSETS,
+    DRIVER_SELECTOR,
+    NVIDIA_DRIVERS,
     SUBSCRIPTIONS,
 )
 
@@ -43,6 +48,7 @@ class OperatorQuery:
     namespace: str = ""  # the operator's namespace; empty: read from the ClusterPolicy
     subscription: str = "gpu-operator-certified"
     olm_state_configmap: str = "gpufleet-gpu-operator-olm-reinstall"
+    gitops_managed: Tuple[str, ...] = ()  # Kind/name of the objects Argo CD writes (their pins go to Git)
 
 
 def _get_or_none(api: Any, ref: Any, name: str, *, namespace: Optional[str] = None) -> Optional[Dict[str, Any]]:
@@ -52,6 +58,16 @@ def _get_or_none(api: Any, ref: Any, name: str, *, namespace: Optional[str] = No
     except KubeApiError as err:
         if err.status == 404:
             return None
+        raise
+
+
+def _list_or_none(api: Any, ref: Any) -> List[Dict[str, Any]]:
+    """Every object of a kind; [] when the cluster does not serve it (an operator without the NVIDIADriver CRD)."""
+    try:
+        return api.list(ref)
+    except KubeApiError as err:
+        if err.status == 404:
+            return []
         raise
 
 
@@ -65,17 +81,22 @@ def read_operator(api: Any, query: OperatorQuery) -> Dict[str, Any]:
         found = _get_or_none(api, CLUSTER_POLICIES, query.cluster_policy)
         policies: List[Dict[str, Any]] = [found] if found else []
     else:
-        try:
-            policies = api.list(CLUSTER_POLICIES)
-        except KubeApiError as err:
-            if err.status != 404:
-                raise
-            policies = []
+        policies = _list_or_none(api, CLUSTER_POLICIES)
     namespace = operator_namespace(policies, given=query.namespace)
     subscription = olm_state = None
+    pins: Dict[str, Any] = {"pins": [], "gitops_changes": [], "problems": []}
     if namespace:
         subscription = _get_or_none(api, SUBSCRIPTIONS, query.subscription, namespace=namespace)
         olm_state = _get_or_none(api, CONFIGMAPS, query.olm_state_configmap, namespace=namespace)
+        honoured = honoured_cluster_policy(policies)
+        if honoured is not None:
+            uses_crd = bool(((honoured.get("spec") or {}).get("driver") or {}).get("useNvidiaDriverCRD"))
+            pins = release_pins(
+                honoured,
+                _list_or_none(api, NVIDIA_DRIVERS) if uses_crd else [],
+                api.list(DAEMONSETS, namespace=namespace, label_selector=DRIVER_SELECTOR),
+                gitops_managed=query.gitops_managed,
+            )
     return {
         "changed": False,
         "cluster_policies": policies,
@@ -85,4 +106,7 @@ def read_operator(api: Any, query: OperatorQuery) -> Dict[str, Any]:
         # OLM manages the operator when its Subscription exists, or while an interrupted reinstall's record says
         # the Subscription was deleted on the way back to it.
         "olm": bool(subscription) or bool(olm_state),
+        "release_pins": pins["pins"],
+        "release_pin_gitops_changes": pins["gitops_changes"],
+        "release_pin_problems": pins["problems"],
     }

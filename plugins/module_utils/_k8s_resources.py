@@ -61,5 +61,7 @@ LEASES = ResourceRef("coordination.k8s.io/v1", "leases", "Lease", True)
 ARGOCD_APPLICATIONS = ResourceRef("argoproj.io/v1alpha1", "applications", "Application", True)
 # The NVIDIA Maintenance Operator's node requests (drains go through it when the cluster serves them).
 NODE_MAINTENANCES = ResourceRef("maintenance.nvidia.com/v1alpha1", "nodemaintenances", "NodeMaintenance", True)
+# The GPU Operator's driver DaemonSets and pods, ClusterPolicy- and NVIDIADriver-managed alike.
+DRIVER_SELECTOR = "app.kubernetes.io/component=nvidia-driver"
 # Dynamic Resource Allocation claims (GA in Kubernetes 1.34): pods that get GPUs this way request no nvidia.com/gpu.
 RESOURCE_CLAIMS = ResourceRef("resource.k8s.io/v1", "resourceclaims", "ResourceClaim", True)

@@ -403,7 +403,12 @@ STEPS: Dict[str, Tuple[str, Tuple[Grant, ...]]] = {
     "gpu_operator_operator": (
         "roles/gpu_operator operator.yml, operator_olm.yml: move the operator through its OLM Subscription",
         (
-            _g(UPGRADE_ROLE, ("get", "list"), "nvidia.com", "clusterpolicies"),
+            # operator_pin.yml: a driver manager the release would replace is pinned in its ClusterPolicy first
+            # (gpu_operator_info reads the driver DaemonSets for the image that runs; NVIDIADriver-managed drivers
+            # are pinned in their NVIDIADrivers, a write the nvidiadriver feature grants).
+            _g(UPGRADE_ROLE, ("get", "list", "patch"), "nvidia.com", "clusterpolicies"),
+            _g(UPGRADE_ROLE, ("get", "list"), "nvidia.com", "nvidiadrivers"),
+            _g(GPU_OPERATOR_ROLE, _L, "apps", "daemonsets"),
             _g(GPU_OPERATOR_ROLE, ("get", "patch"), "operators.coreos.com", "subscriptions"),
             _g(GPU_OPERATOR_ROLE, ("get", "patch"), "operators.coreos.com", "installplans"),
             _g(GPU_OPERATOR_ROLE, _R, "operators.coreos.com", "clusterserviceversions"),

@@ -99,17 +99,29 @@ def failures(entry: Mapping[str, Any]) -> List[str]:
 
 
 def operator_text(operator: Any) -> str:
-    """An OLM reinstall of the operator (OLM does not downgrade): from, to, and how far it got."""
-    reinstall = operator.get("reinstall") if isinstance(operator, Mapping) else None
-    if not isinstance(reinstall, Mapping):
+    """What the operator step did beyond its version: an OLM reinstall (OLM does not downgrade), from, to and how
+    far it got; the driver images it pinned so that the release restarted no driver."""
+    if not isinstance(operator, Mapping):
         return ""
-    text = f"reinstalled through OLM, {reinstall.get('from_csv')} -> {reinstall.get('to_csv')}"
-    if reinstall.get("channel"):
-        text += f" (channel {reinstall['channel']}"
-        text += f", InstallPlan {reinstall['install_plan']})" if reinstall.get("install_plan") else ")"
-    if not reinstall.get("completed"):
-        text = "NOT FINISHED: " + text.replace("reinstalled", "being reinstalled", 1)
-    return text
+    parts = []
+    reinstall = operator.get("reinstall")
+    if isinstance(reinstall, Mapping):
+        text = f"reinstalled through OLM, {reinstall.get('from_csv')} -> {reinstall.get('to_csv')}"
+        if reinstall.get("channel"):
+            text += f" (channel {reinstall['channel']}"
+            text += f", InstallPlan {reinstall['install_plan']})" if reinstall.get("install_plan") else ")"
+        if not reinstall.get("completed"):
+            text = "NOT FINISHED: " + text.replace("reinstalled", "being reinstalled", 1)
+        parts.append(text)
+    pinned = [pin for pin in operator.get("pinned_before_upgrade") or [] if isinstance(pin, Mapping)]
+    if pinned:
+        whats = sorted({str(image.get("what")) for pin in pinned for image in pin.get("images") or []})
+        owners = ", ".join(f"{pin.get('kind')}/{pin.get('name')}" for pin in pinned)
+        parts.append(
+            f"{' and '.join(whats) or 'driver images'} pinned in {owners} to the images that ran, so the operator "
+            "release restarted no driver (docs/gpu_operator.md, 'The driver across an operator upgrade')"
+        )
+    return "; ".join(parts)
 
 
 def not_restored(entry: Mapping[str, Any]) -> List[Mapping[str, Any]]:

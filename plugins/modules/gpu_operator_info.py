@@ -14,7 +14,13 @@ description:
     (O(operator_namespace), else the C(status.namespace) of the ClusterPolicy the operator reconciles, its oldest),
     and in that namespace the operator's OLM C(Subscription) and the ConfigMap an interrupted OLM reinstall of the
     collection's C(gpufleet.upgrade.gpu_operator) role left.
-  - One module run for what took three reads; transient API errors (429, 5xx, resets) are retried.
+  - Also the driver images an operator release would replace. The operator takes the driver and the driver
+    manager (C(k8s-driver-manager)) from the ClusterPolicy, or from an NVIDIADriver once C(useNvidiaDriverCRD) is
+    set, when they name a repository, image or version, and otherwise from its own C(DRIVER_IMAGE) and
+    C(DRIVER_MANAGER_IMAGE), which every OLM bundle sets to its release's (OLM's example ClusterPolicy names
+    neither). A new release then changes every driver DaemonSet's template, and the upgrade controller rolls it to
+    every node. RV(release_pins) are the patches that pin the images the DaemonSets run.
+  - One module run for what took several reads; transient API errors (429, 5xx, resets) are retried.
   - A cluster that does not serve a kind (no OLM, say) reads as none of that kind.
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
@@ -42,6 +48,14 @@ options:
     description: The ConfigMap in which an OLM reinstall keeps its state until it is done.
     type: str
     default: gpufleet-gpu-operator-olm-reinstall
+  gitops_managed:
+    description:
+      - GitOps mode (docs/gitops.md). C(Kind/name) of the objects Argo CD writes from Git, for example
+        C(ClusterPolicy/cluster-policy). Their pins are returned in RV(release_pin_gitops_changes) rather than
+        RV(release_pins).
+    type: list
+    elements: str
+    default: []
 requirements:
   - kubernetes >= 24.2.0
 """
@@ -76,6 +90,31 @@ olm:
   returned: always
   type: bool
   sample: true
+release_pins:
+  description:
+    - The driver owners (the ClusterPolicy, or its NVIDIADrivers) whose driver or C(manager) names no image, with
+      the images their driver DaemonSets run (C(what) is C(driver) or C(driver manager)) and the merge patch that
+      pins them. Empty when every owner names its own.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - kind: ClusterPolicy
+      name: gpu-cluster-policy
+      images: [{what: driver manager, image: nvcr.io/nvidia/cloud-native/k8s-driver-manager@sha256:b072c579}]
+      patch: {spec: {driver: {manager: {image: nvcr.io/nvidia/cloud-native/k8s-driver-manager@sha256:b072c579}}}}
+release_pin_gitops_changes:
+  description: The pins of the objects in O(gitops_managed), as merge patches for M(gpufleet.upgrade.gitops_change).
+  returned: always
+  type: list
+  elements: dict
+release_pin_problems:
+  description:
+    - Why a driver image cannot be pinned, one sentence each (an owner whose DaemonSets run two images is in the
+      middle of a driver rollout).
+  returned: always
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -96,6 +135,7 @@ def argument_spec():
         operator_namespace={"type": "str"},
         subscription={"type": "str", "default": "gpu-operator-certified"},
         olm_state_configmap={"type": "str", "default": "gpufleet-gpu-operator-olm-reinstall"},
+        gitops_managed={"type": "list", "elements": "str", "default": []},
     )
     return spec
 
@@ -107,6 +147,7 @@ def read(module):
         namespace=params["operator_namespace"] or "",
         subscription=params["subscription"],
         olm_state_configmap=params["olm_state_configmap"],
+        gitops_managed=tuple(params["gitops_managed"]),
     )
     return read_operator(KubeApi.from_params(params), query)
 

@@ -163,6 +163,13 @@ def test_canary_with_an_nvidiadriver_pool_after_the_operator_upgrade_then_promot
     assert canary_cr["spec"]["nodeSelector"] == {"gpu-canary": "true"} and canary_cr["spec"]["version"] == NEW
     production = get_json(twin, "nvidiadriver", "default")
     assert production["spec"]["version"] == old and production["spec"]["default"] is True
+    # The production NVIDIADriver named no driver manager, so the operator's release would have replaced it on
+    # every node: the one that ran (v24.9.0's bundle's) was pinned before the operator moved.
+    (pinned,) = result["operator"]["pinned_before_upgrade"]
+    assert (pinned["kind"], pinned["name"]) == ("NVIDIADriver", "default")
+    ((what, image),) = [(found["what"], found["image"]) for found in pinned["images"]]
+    assert what == "driver manager" and "@sha256:b072c579" in image
+    assert production["spec"]["manager"] == {"image": image}
     nodes = gpu_nodes(twin)
     assert nodes[CANARY]["metadata"]["labels"][OWNER] == "gpu-canary"
     assert not any(n["spec"].get("unschedulable") for n in nodes.values())  # the pool move uncordoned it

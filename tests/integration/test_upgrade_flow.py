@@ -135,10 +135,21 @@ def last_report(workspace: pathlib.Path, stage: str) -> str:
     return reports[-1].read_text()
 
 
+def driver_pods(twin) -> dict:
+    """Each GPU node's driver pod uid: a new uid is a driver restarted."""
+    pods = json.loads(
+        kubectl(twin, "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nvidia-driver", "-o", "json")
+    )["items"]
+    return {pod["spec"]["nodeName"]: pod["metadata"]["uid"] for pod in pods if pod["spec"].get("nodeName")}
+
+
 @pytest.fixture
 def eight_node_twin(tmp_path):
-    """The demo's cluster size: a promotion rolls 8 GPU nodes."""
-    twin = start_twin(nodes=8, profile="openshift", time_scale=600, workdir=tmp_path / "twin")
+    """The demo's cluster size: a promotion rolls 8 GPU nodes. Its ClusterPolicy is the one OLM creates from the
+    bundle's example, which names no driver or driver manager image (the operator's release decides both)."""
+    scenario = tmp_path / "olm-cluster-policy.yaml"
+    scenario.write_text("olm_cluster_policy: true\n")
+    twin = start_twin(nodes=8, profile="openshift", time_scale=600, workdir=tmp_path / "twin", scenario=scenario)
     yield twin
     assert twin.stop() == 0, twin.log_path.read_text()[-2000:]
 
@@ -155,6 +166,7 @@ def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspac
         assert refused(twin) == {}, (name, refused(twin), run.output[-4000:])
         return run
 
+    before = driver_pods(twin)
     canary = stage("canary")
     assert canary.returncode == 0, canary.output
     assert "Stage canary: success" in canary.output
@@ -162,6 +174,17 @@ def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspac
     found = drivers(twin)
     assert found[CANARY] == NEW_DRIVER
     assert {driver for name, driver in found.items() if name != CANARY} == {OLD_DRIVER}
+    # The operator moved to v25.3.0, whose bundle names another driver (its default, 570.124.06) and driver
+    # manager: the ones that ran were pinned first, so no driver but the canary's restarted (without the pins the
+    # upgrade controller rolls the new release's driver to every node, before any canary).
+    after = driver_pods(twin)
+    assert {node for node in before if after.get(node) != before[node]} == {CANARY}
+    driver = json.loads(kubectl(twin, "get", "clusterpolicy", "gpu-cluster-policy", "-o", "json"))["spec"]["driver"]
+    assert driver["manager"]["image"].endswith(
+        "k8s-driver-manager@sha256:b072c5793be65eee556eaff1b9cbbd115a1ef29982be95b2959adfcb4bc72382"  # v24.9.0's
+    )
+    # The driver step then wrote the canary's driver whole: repository and image from the pinned digest.
+    assert (driver["repository"], driver["image"], driver["version"]) == ("nvcr.io/nvidia", "driver", NEW_DRIVER)
     (entry,) = cluster_ledger(twin)
     assert (entry["stage"], entry["outcome"], entry["canary_node"]) == ("canary", "success", CANARY)
     assert entry["gates"][0]["passed"] is True
@@ -176,6 +199,7 @@ def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspac
     report = last_report(workspace, "canary")
     assert report.startswith("# Canary succeeded: gpu_operator:")
     assert "| gpu_driver | 550.127.05 | 570.124.06 | changed |" in report
+    assert "| Operator | driver and driver manager pinned in ClusterPolicy/gpu-cluster-policy to the images" in report
     # The HTML report beside it, in a real browser: a lane for the canary, a point per capacity sample.
     assert_report_renders(
         newest_html(workspace / "reports", "canary"),

@@ -34,7 +34,7 @@ NAMESPACE = "nvidia-gpu-operator"
 OWN_CRDS = pathlib.Path(__file__).resolve().parents[3] / "twin" / "src" / "gpufleet_twin" / "crds"
 
 
-def make_twin(profile: str = "openshift") -> tuple[Twin, Kinds]:
+def make_twin(profile: str = "openshift", *, olm_cluster_policy: bool = False) -> tuple[Twin, Kinds]:
     clock = SimClock(time_scale=2000.0, start=1_760_000_000.0)
     registry = Registry()
     twin = Twin(registry=registry, store=Store(registry, clock), clock=clock)
@@ -44,7 +44,7 @@ def make_twin(profile: str = "openshift") -> tuple[Twin, Kinds]:
     for path in sorted(OWN_CRDS.glob("*.yaml")):
         for crd in crd_schema.crds_from_yaml(path.read_text()):
             twin.store.create(crd_type, crd)
-    sim = SimState(clock=clock, profile=profile, started_at=clock.now())
+    sim = SimState(clock=clock, profile=profile, started_at=clock.now(), olm_cluster_policy=olm_cluster_policy)
     seed_cluster(twin, sim, SeedSpec(nodes=2, profile=profile, workloads=False))
     install_core(twin, sim)
     gpu_olm.attach(twin, gop.install(twin))  # as the composition root does (harness/build.py)
@@ -188,6 +188,56 @@ def test_automatic_approval_installs_the_channel_head() -> None:
 
     run(twin, scenario)
     assert operator_image(twin, kinds) == "nvcr.io/nvidia/gpu-operator:v25.10.1"
+
+
+def driver_images(twin: Twin, kinds: Kinds) -> set[tuple[str, str]]:
+    """(driver image, k8s-driver-manager image) of every driver DaemonSet's template."""
+    found = set()
+    for ds in twin.store.list(kinds.daemonset, NAMESPACE):
+        if ds["metadata"]["name"].startswith(gop.DRIVER_APP):
+            pod = ds["spec"]["template"]["spec"]
+            (driver,) = [c["image"] for c in pod["containers"] if c["name"] == "nvidia-driver-ctr"]
+            (manager,) = [c["image"] for c in pod["initContainers"] if c["name"] == "k8s-driver-manager"]
+            found.add((driver, manager))
+    return found
+
+
+def bundle_images(version: str) -> set[tuple[str, str]]:
+    return {(gop.BUNDLE_DRIVER_IMAGES[version][0], gop.BUNDLE_DRIVER_MANAGER_IMAGES[version])}
+
+
+@pytest.mark.parametrize("olm_policy", [True, False], ids=["as-olm-creates-it", "as-the-chart-pins-it"])
+def test_an_operator_upgrade_moves_the_driver_only_where_the_clusterpolicy_names_no_image(olm_policy: bool) -> None:
+    """OLM's ClusterPolicy names no driver or driver manager image: the operator takes its bundle's DRIVER_IMAGE and
+    DRIVER_MANAGER_IMAGE, so the next CSV changes the driver DaemonSet's template (a driver rollout to the new
+    release's default driver); a pinned one keeps it."""
+    twin, kinds = make_twin(olm_cluster_policy=olm_policy)
+    before = driver_images(twin, kinds)
+    if olm_policy:
+        assert before == bundle_images("24.9.0")
+        assert gop.driver_version_of_image(gop.BUNDLE_DRIVER_IMAGES["24.9.0"][0]) == "550.127.05"
+    else:
+        assert {manager for _driver, manager in before} == {"nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.7.0"}
+
+    async def scenario() -> None:
+        set_channel(twin, "v25.3")
+        await until(lambda: subscription(twin)["status"].get("state") == "UpgradePending", what="UpgradePending")
+        approve_referenced_plan(twin, "gpu-operator-certified.v25.3.0")
+        await until(lambda: operator_image(twin, kinds).endswith(":v25.3.0"), what="the new operator")
+        if olm_policy:
+            await until(
+                lambda: driver_images(twin, kinds) == bundle_images("25.3.0"),
+                what="the new bundle's driver and driver manager in the driver DaemonSet",
+            )
+        else:
+            await asyncio.sleep(0.1)
+
+    run(twin, scenario)
+    env = gop.operator_env(twin.store.get(kinds.deployment, NAMESPACE, "gpu-operator"))
+    assert env["DRIVER_MANAGER_IMAGE"] == gop.BUNDLE_DRIVER_MANAGER_IMAGES["25.3.0"]
+    assert env["OPERATOR_NAMESPACE"] == NAMESPACE  # the bundle's other variables are kept
+    if not olm_policy:
+        assert driver_images(twin, kinds) == before
 
 
 def packagemanifest(twin: Twin) -> Obj:

@@ -14,6 +14,7 @@ from gpufleet_twin.harness.faults import FaultInjector
 from gpufleet_twin.harness.scenario import ScenarioError, load_scenario, parse_scenario
 from gpufleet_twin.kube import podutil
 from gpufleet_twin.machinery.kinds import Kinds
+from gpufleet_twin.operators import gpu_operator
 
 SCENARIO = """\
 description: canary pool with a node that never comes back
@@ -62,6 +63,7 @@ def test_scenario_file_round_trip(tmp_path: Path) -> None:
         ("argocd: {poll: 30}\n", "argocd: unknown keys \\['poll'\\]"),
         ("argocd: yes please\n", "argocd is true, false or a mapping"),
         ("event_ttl_seconds: 0\n", "event_ttl_seconds must be a positive number"),
+        ("olm_cluster_policy: olm\n", "olm_cluster_policy is true or false"),
         ("event_ttl_seconds: 1h\n", "event_ttl_seconds must be a positive number"),
         ("faults:\n  - type: argocd_sync_stalls\n    mode: forever\n", "mode must be one of sync, controller"),
     ],
@@ -178,6 +180,28 @@ def test_distributed_training_is_opt_in_by_scenario_key_or_option(tmp_path: Path
                 assert twin.store.get(kinds.service, "ml-training", "dist-train")["spec"]["clusterIP"] == "None"
 
     asyncio.run(check())
+
+
+def test_olm_cluster_policy_seeds_the_clusterpolicy_as_olm_creates_it(tmp_path: Path) -> None:
+    path = tmp_path / "olm.yaml"
+    path.write_text("nodes: 1\nprofile: openshift\nworkloads: false\nolm_cluster_policy: true\n")
+
+    async def check() -> None:
+        for options, olm in (({"scenario": str(path)}, True), ({"nodes": 1, "profile": "openshift"}, False)):
+            twin = create_twin()
+            populate(twin, options)
+            assert twin.sim.olm_cluster_policy is olm, options
+
+    asyncio.run(check())
+    release = gpu_operator.GpuOperatorRelease()
+    for olm in (True, False):
+        policy = gpu_operator.default_cluster_policy(
+            profile="openshift", release=release, driver_version="550.127.05", olm_defaults=olm
+        )
+        driver = policy["spec"]["driver"]
+        for section in (driver, driver["manager"]):
+            assert ("repository" in section, "image" in section, "version" in section) == (not olm,) * 3
+        assert driver["manager"]["env"]  # the driver manager's settings stay either way
 
 
 def test_argocd_is_opt_in_by_scenario_key_or_option(tmp_path: Path) -> None:

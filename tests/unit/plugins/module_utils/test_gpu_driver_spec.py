@@ -171,6 +171,21 @@ def test_image_fields_default_to_the_objects_own():
     )
 
 
+def test_a_whole_image_reference_gives_the_repository_and_image_a_version_needs():
+    """The operator step pins an unpinned driver to the digest it ran (OLM's ClusterPolicy); a version written then
+    needs repository and image beside it, which the reference names."""
+    digest = "nvcr.io/nvidia/driver@sha256:8a9a9e9470f64d340a7f3106a03e9622fa98e25368fbfb7ce9c416ad98f6d951"
+    wanted = {"version": "570.124.06", "repository": "nvcr.io/nvidia", "image": "driver"}
+    target = DriverTarget(version="570.124.06")
+    assert target.fields_for({"image": digest}) == wanted
+    assert target.fields_for({"image": "mirror.local:5000/nvidia/driver:550.127.05"}) == {
+        **wanted,
+        "repository": "mirror.local:5000/nvidia",
+    }
+    patch = cluster_policy_patch({"spec": {"driver": {"image": digest}}}, target=target, upgrade_policy={})
+    assert patch == {"spec": {"driver": wanted}}
+
+
 # -- patches --------------------------------------------------------------------------------------------------
 
 

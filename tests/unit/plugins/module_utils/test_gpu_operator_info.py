@@ -90,7 +90,49 @@ def test_one_read_finds_the_policies_the_namespace_the_subscription_and_an_inter
         ("list", "clusterpolicies"),
         ("get", "subscriptions", "nvidia-gpu-operator", "gpu-operator-certified"),
         ("get", "configmaps", "nvidia-gpu-operator", "gpufleet-gpu-operator-olm-reinstall"),
+        ("list", "daemonsets"),  # the driver DaemonSets: no NVIDIADrivers read, the policy does not use them
     ]
+    assert (found["release_pins"], found["release_pin_problems"]) == ([], [])
+
+
+MANAGER = "nvcr.io/nvidia/cloud-native/k8s-driver-manager@sha256:b072c579"
+
+
+def driver_daemonset(owner_uid: str, manager: str = MANAGER) -> dict:
+    return {
+        "metadata": {"name": f"nvidia-driver-{owner_uid}", "ownerReferences": [{"uid": owner_uid}]},
+        "spec": {"template": {"spec": {"initContainers": [{"name": "k8s-driver-manager", "image": manager}]}}},
+    }  # its driver container does not matter here: every driver below names its image
+
+
+def test_the_driver_images_an_operator_release_would_replace_are_read_with_it():
+    named = {"repository": "nvcr.io/nvidia", "image": "driver", "version": "550.127.05"}
+    unpinned = {**OLD, "metadata": {**OLD["metadata"], "uid": "cp"}, "spec": {"driver": {**named, "manager": {}}}}
+    api = Api({("clusterpolicies", None, "b-policy"): unpinned, ("daemonsets", "x", "d"): driver_daemonset("cp")})
+    found = read_operator(api, OperatorQuery())
+    (pin,) = found["release_pins"]
+    assert (pin["kind"], pin["name"], pin["images"]) == (
+        "ClusterPolicy",
+        "b-policy",
+        [{"what": "driver manager", "image": MANAGER}],
+    )
+    assert pin["patch"] == {"spec": {"driver": {"manager": {"image": MANAGER}}}}
+    # GitOps mode: the same pin goes to Git for the ClusterPolicy Argo CD writes.
+    in_git = read_operator(api, OperatorQuery(gitops_managed=("ClusterPolicy/b-policy",)))
+    assert in_git["release_pins"] == []
+    assert in_git["release_pin_gitops_changes"] == [
+        {"kind": "ClusterPolicy", "name": "b-policy", "patch": pin["patch"]}
+    ]
+    # NVIDIADriver-managed drivers: their CRs are read, and a cluster that does not serve the kind has none.
+    crd_policy = {**unpinned, "spec": {"driver": {"useNvidiaDriverCRD": True}}}
+    cr = {"metadata": {"name": "default", "uid": "nd"}, "spec": {**named, "manager": {}}}
+    api = Api({("clusterpolicies", None, "b-policy"): crd_policy, ("nvidiadrivers", None, "default"): cr,
+               ("daemonsets", "x", "d"): driver_daemonset("nd")})  # fmt: skip
+    assert [p["patch"] for p in read_operator(api, OperatorQuery())["release_pins"]] == [
+        {"spec": {"manager": {"image": MANAGER}}}
+    ]
+    api.unserved.add("nvidiadrivers")
+    assert read_operator(api, OperatorQuery())["release_pins"] == []
 
 
 def test_a_named_policy_a_given_namespace_and_a_cluster_without_olm():

@@ -138,6 +138,7 @@ def test_the_gpu_operator_canary_needs_the_node_label_and_the_clusterpolicy_patc
     }
     assert permissions[("patch", "", "nodes", "", "")].role == "gpufleet-upgrade"
     assert permissions[("patch", "nvidia.com", "clusterpolicies", "", "")].steps == (
+        "gpu_operator_operator",  # a driver manager the operator release would replace is pinned first
         "gpu_operator_operands",
         "gpu_operator_driver",
     )

@@ -276,6 +276,17 @@ def test_an_olm_reinstall_of_the_operator_is_shown_with_how_far_it_got() -> None
     unfinished = {**reinstall, "install_plan": "", "completed": False}
     text = render_report(canary_entry(stage="rollback", outcome="failed", operator={"reinstall": unfinished}))
     assert "| Operator | NOT FINISHED: being reinstalled through OLM" in text
+
+
+def test_driver_images_pinned_before_the_operator_moved_are_named_in_the_report() -> None:
+    images = [{"what": "driver", "image": "driver@sha256:8a"}, {"what": "driver manager", "image": "k8s@sha256:b0"}]
+    pinned = [{"kind": "ClusterPolicy", "name": "gpu-cluster-policy", "images": images}]
+    text = render_report(canary_entry(operator={"method": "olm", "changed": True, "pinned_before_upgrade": pinned}))
+    assert (
+        "| Operator | driver and driver manager pinned in ClusterPolicy/gpu-cluster-policy to the images that ran, "
+        "so the operator release restarted no driver" in text
+    )
+    assert "| Operator |" not in render_report(canary_entry(operator={"method": "olm"}))  # nothing to add
     assert "| Operator |" not in render_report(canary_entry(operator={"method": "olm", "changed": False}))
 
 

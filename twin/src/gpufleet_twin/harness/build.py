@@ -222,6 +222,7 @@ def populate(twin: Twin, options: dict[str, Any]) -> None:
         continue_source_clock(twin.clock, Path(snapshot_dir))
     sim = SimState(clock=twin.clock, profile=profile, started_at=twin.clock.now())
     sim.pod_events = nodes <= POD_EVENTS_MAX_NODES
+    sim.olm_cluster_policy = scenario.olm_cluster_policy
     for version, kernels in scenario.driver_builds.items():
         sim.driver_builds[version] = set(kernels)
     twin.sim = sim

@@ -21,6 +21,8 @@ argocd: true                   # run the Argo CD application controller (or {pol
 maintenance_operator: true     # run the NVIDIA Maintenance Operator (or the MaintenanceOperatorConfig spec:
                                # {maxParallelOperations: 2, maxUnavailable: 1}), operators/maintenance_operator.py
 cordoned: [gpu-worker-003]     # cordoned before the upgrade began
+olm_cluster_policy: true       # the ClusterPolicy OLM creates from the bundle's alm-examples: no driver or
+                               # driver manager image, the operator's release decides both (default false)
 event_ttl_seconds: 86400       # how long Events last, in simulated seconds (kube-apiserver --event-ttl, default 1 h)
 driver_builds:                 # versions that build only for these kernels
   "565.57.01": [5.14.0-427.40.1.el9_4.x86_64]
@@ -69,6 +71,7 @@ _TOP_LEVEL = {
     "argocd",
     "maintenance_operator",
     "cordoned",
+    "olm_cluster_policy",
     "event_ttl_seconds",
     "driver_builds",
     "faults",
@@ -100,6 +103,7 @@ class Scenario:
     # The Maintenance Operator's MaintenanceOperatorConfig spec ({} with ``maintenance_operator: true``), None when off.
     maintenance_operator: Obj | None = None
     cordoned: list[str] = field(default_factory=list)
+    olm_cluster_policy: bool = False
     # kube-apiserver's --event-ttl (default one hour): at 600 times the wall clock that is 6 real seconds.
     event_ttl_seconds: float = DEFAULT_EVENT_TTL_SECONDS
     driver_builds: dict[str, list[str]] = field(default_factory=dict)
@@ -174,6 +178,9 @@ def parse_scenario(data: Any, *, source: str = "scenario") -> Scenario:
     cordoned = data.get("cordoned") or []
     if not isinstance(cordoned, list):
         raise ScenarioError(f"{source}: cordoned must be a list of node names")
+    olm_policy = data.get("olm_cluster_policy", False)
+    if not isinstance(olm_policy, bool):
+        raise ScenarioError(f"{source}: olm_cluster_policy is true or false, got {olm_policy!r}")
     ttl = data.get("event_ttl_seconds", DEFAULT_EVENT_TTL_SECONDS)
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
         raise ScenarioError(f"{source}: event_ttl_seconds must be a positive number of seconds, got {ttl!r}")
@@ -192,6 +199,7 @@ def parse_scenario(data: Any, *, source: str = "scenario") -> Scenario:
         argocd=(dict(argocd) if isinstance(argocd, dict) else {}) if argocd else None,
         maintenance_operator=(dict(maintenance) if isinstance(maintenance, dict) else {}) if maintenance else None,
         cordoned=[str(n) for n in cordoned],
+        olm_cluster_policy=olm_policy,
         event_ttl_seconds=float(ttl),
         driver_builds={str(k): [str(x) for x in v] for k, v in builds.items()},
         faults=[dict(f) for f in faults],

@@ -143,6 +143,10 @@ class SimState:
     # Per-node steps drawn to fail at random (fault ``node_step_failures``): each is called with
     # (node, step, key) and says whether that step fails; see ``step_fails``.
     step_failure_draws: list[Callable[[str, str, str], bool]] = field(default_factory=list)
+    # Whether the seeded ClusterPolicy is the one OLM creates from the bundle's alm-examples, which names no driver
+    # or driver manager image (the operator's release decides both), rather than the chart's, which pins every
+    # image (scenario key ``olm_cluster_policy``).
+    olm_cluster_policy: bool = False
     # The twin's clock (set by ``build.populate``); ``reboot`` needs it.
     clock: SimClock | None = None
     # Simulated time the cluster was populated; scenario ``at`` times count from it.

@@ -244,8 +244,13 @@ PAUSED_DEPLOY_LABELS = tuple(DEPLOY_PREFIX + op.deploy_label for op in OPERANDS)
 
 
 # -- seeds ------------------------------------------------------------------------------------------
-def default_cluster_policy(*, profile: str, release: GpuOperatorRelease, driver_version: str) -> Obj:
+def default_cluster_policy(
+    *, profile: str, release: GpuOperatorRelease, driver_version: str, olm_defaults: bool = False
+) -> Obj:
     """A ClusterPolicy as the v24.9.0 chart (Kubernetes) or the OLM bundle (OpenShift) leaves it.
+
+    ``olm_defaults`` leaves the driver and ``driver.manager`` without repository, image and version, as the OLM
+    bundle's alm-examples do: the operator then takes both from its own environment (``bundle_env``).
 
     Modelled on reference/samples/clusterpolicy: upgradePolicy has the chart
     defaults (autoUpgrade true, maxParallelUpgrades 1, maxUnavailable 25%,
@@ -284,14 +289,18 @@ def default_cluster_policy(*, profile: str, release: GpuOperatorRelease, driver_
             "useNvidiaDriverCRD": False,
             "usePrecompiled": False,
             "kernelModuleType": "auto",
-            "repository": "nvcr.io/nvidia",
-            "image": "driver",
-            "version": driver_version,
+            **({} if olm_defaults else {"repository": "nvcr.io/nvidia", "image": "driver", "version": driver_version}),
             "imagePullPolicy": "IfNotPresent",
             "manager": {
-                "repository": "nvcr.io/nvidia/cloud-native",
-                "image": "k8s-driver-manager",
-                "version": release.driver_manager_version,
+                **(
+                    {
+                        "repository": "nvcr.io/nvidia/cloud-native",
+                        "image": "k8s-driver-manager",
+                        "version": release.driver_manager_version,
+                    }
+                    if not olm_defaults
+                    else {}
+                ),
                 "env": [
                     {"name": "ENABLE_GPU_POD_EVICTION", "value": "true"},
                     {"name": "ENABLE_AUTO_DRAIN", "value": "false"},
@@ -389,7 +398,9 @@ def default_cluster_policy(*, profile: str, release: GpuOperatorRelease, driver_
     return {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": metadata, "spec": spec}
 
 
-def operator_deployment(*, namespace: str, release: GpuOperatorRelease) -> Obj:
+def operator_deployment(*, namespace: str, release: GpuOperatorRelease, olm: bool = False) -> Obj:
+    """The operator's Deployment as its chart renders it, or as OLM's bundle does (``olm``: with the bundle's
+    image variables, ``bundle_env``)."""
     labels = {"app": "gpu-operator", "app.kubernetes.io/component": "gpu-operator"}
     pod_labels = {
         **labels,
@@ -435,6 +446,10 @@ def operator_deployment(*, namespace: str, release: GpuOperatorRelease) -> Obj:
                             "env": [
                                 {"name": "WATCH_NAMESPACE", "value": ""},
                                 {"name": "OPERATOR_NAMESPACE", "value": namespace},
+                                *(
+                                    {"name": name, "value": value}
+                                    for name, value in (bundle_env(release.csv_version) if olm else {}).items()
+                                ),
                             ],
                             "resources": {
                                 "requests": {"cpu": "200m", "memory": "100Mi"},
@@ -481,8 +496,97 @@ def image_path(repository: str | None, image: str, version: str) -> str:
     return f"{base}:{version}" if version else base
 
 
+# DRIVER_MANAGER_IMAGE in the OLM bundle's operator Deployment, per CSV version (NVIDIA/gpu-operator
+# bundle/manifests/gpu-operator-certified.clusterserviceversion.yaml at each tag). The operator takes the driver
+# manager from it when the ClusterPolicy (or NVIDIADriver) names no image: OLM's alm-examples leave ``manager: {}``.
+BUNDLE_DRIVER_MANAGER_IMAGES: dict[str, str] = {
+    **dict.fromkeys(
+        ("24.6.0", "24.6.1", "24.6.2"),
+        "nvcr.io/nvidia/cloud-native/k8s-driver-manager@sha256:"
+        "740abc3ff657545c10effd5354f09af525200ed9a1b7623f0c2e8c7bd9e4a4e2",
+    ),
+    "24.9.0": "nvcr.io/nvidia/cloud-native/k8s-driver-manager@sha256:"
+    "b072c5793be65eee556eaff1b9cbbd115a1ef29982be95b2959adfcb4bc72382",
+    "25.3.0": "nvcr.io/nvidia/cloud-native/k8s-driver-manager@sha256:"
+    "c525320fd1e771b911b68f8e760b83e8fccf1beea43bf9b009c4f0c591e193ea",
+    "25.10.0": "nvcr.io/nvidia/cloud-native/k8s-driver-manager@sha256:"
+    "a6c12abacc9c4f51d3653c90fcad32f19799069889338601407eba05fea4ba18",
+    "25.10.1": "nvcr.io/nvidia/cloud-native/k8s-driver-manager@sha256:"
+    "c549346eb993fda62e9bf665aabaacc88abc06b0b24e69635427d4d71c2d5ed4",
+    "26.3.0": "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.10.0@sha256:"
+    "6677437faff2c45506484dd9f0f04ad3b4880aa65b26d11f76d169e65497fade",
+}
+
+
+# DRIVER_IMAGE in the same bundles, with the driver version it is taken to run: the chart's ``driver.version`` at
+# the tag (deployments/gpu-operator/values.yaml), the release's default driver. A ClusterPolicy that names no
+# driver repository, image or version (OLM's alm-examples) runs it, so each OLM release brings its own driver.
+_DRIVER_DIGEST = "nvcr.io/nvidia/driver@sha256:"
+BUNDLE_DRIVER_IMAGES: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(
+        ("24.6.0", "24.6.1", "24.6.2"),
+        (_DRIVER_DIGEST + "858de27c152669f5a3cf4287406405b16dd5bb70c0373324eb735511997bb415", "550.90.07"),
+    ),
+    "24.9.0": (_DRIVER_DIGEST + "8a9a9e9470f64d340a7f3106a03e9622fa98e25368fbfb7ce9c416ad98f6d951", "550.127.05"),
+    "25.3.0": (_DRIVER_DIGEST + "b93f1aab82ceb081919f58e13a66142c5857a0a5e68e13661a3e74696434c1d1", "570.124.06"),
+    "25.10.0": (_DRIVER_DIGEST + "317c7ab01f28c87dc8c209b38c49fb2758a595d9ffbc1d71e18530788dcf34be", "580.95.05"),
+    "25.10.1": (_DRIVER_DIGEST + "838f50e304e8880851bae205edc6b781a251b5912267a2eed21661211db8e087", "580.105.08"),
+    "26.3.0": (_DRIVER_DIGEST + "f8e3dc9111c5a7a0cfac73e87d03c0b7b3d1e11f3b61654cca5461847660aa2c", "580.126.20"),
+}
+_DIGEST_DRIVER_VERSIONS = dict(BUNDLE_DRIVER_IMAGES.values())
+
+
+def bundle_env(version: str) -> dict[str, str]:
+    """The image variables the OLM bundle of a CSV version sets on the operator container (the ones the twin uses)."""
+    env = {}
+    if version in BUNDLE_DRIVER_IMAGES:
+        env["DRIVER_IMAGE"] = BUNDLE_DRIVER_IMAGES[version][0]
+    if version in BUNDLE_DRIVER_MANAGER_IMAGES:
+        env["DRIVER_MANAGER_IMAGE"] = BUNDLE_DRIVER_MANAGER_IMAGES[version]
+    return env
+
+
+def operator_env(deployment: Obj | None) -> dict[str, str]:
+    """The operator container's environment: what ``os.Getenv`` reads in its pod (literal values only)."""
+    containers = ((((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
+    for container in containers or []:
+        if container.get("name") == "gpu-operator":
+            return {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
+    return {}
+
+
+def env_image(section: Mapping[str, Any], env: Mapping[str, str], variable: str) -> str | None:
+    """imagePath's other sources: a section that names no repository and version runs its ``image`` as a full
+    reference, and one that names none of the three the operator's variable (DRIVER_IMAGE, DRIVER_MANAGER_IMAGE;
+    api/nvidia/v1/clusterpolicy_types.go imagePath). None when the section names its own repository or version
+    (or neither source has one)."""
+    if section.get("repository") or section.get("version"):
+        return None
+    return str(section.get("image") or "") or env.get(variable) or None
+
+
+def driver_image(driver: Mapping[str, Any], env: Mapping[str, str], os_tag: str) -> str:
+    """resolveDriverTag (controllers/object_controls.go): imagePath, then ``-<os tag>`` unless it is a digest."""
+    image = env_image(driver, env, "DRIVER_IMAGE")
+    if image is None or "/" not in image:
+        return image_path(
+            driver.get("repository"), driver.get("image", "driver"), f"{driver.get('version') or ''}-{os_tag}"
+        )
+    return image if "sha256:" in image else f"{image}-{os_tag}"
+
+
+def env_manager_image(manager: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """The driver manager's image from ``env_image``: only a full reference counts as one (the section's ``image``
+    defaults to the plain name k8s-driver-manager)."""
+    image = env_image(manager, env, "DRIVER_MANAGER_IMAGE")
+    return image if image and "/" in image else None
+
+
 def driver_version_of_image(image: str) -> str:
-    """The driver version in a driver image tag: ``nvcr.io/nvidia/driver:560.35.03-ubuntu22.04`` -> 560.35.03."""
+    """The driver version in a driver image tag: ``nvcr.io/nvidia/driver:560.35.03-ubuntu22.04`` -> 560.35.03; an
+    OLM bundle's digest runs its release's default driver (``BUNDLE_DRIVER_IMAGES``)."""
+    if image in _DIGEST_DRIVER_VERSIONS:
+        return _DIGEST_DRIVER_VERSIONS[image]
     tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
     return tag.split("-")[0]
 
@@ -701,15 +805,21 @@ def _render_precompiled_driver_daemonsets(
 
 
 def render_driver_daemonsets(
-    policy: Obj, *, namespace: str, profile: str, gpu_nodes: Iterable[Mapping[str, str]]
+    policy: Obj,
+    *,
+    namespace: str,
+    profile: str,
+    gpu_nodes: Iterable[Mapping[str, str]],
+    env: Mapping[str, str] | None = None,
 ) -> list[Obj]:
-    """state-driver of the ClusterPolicy: one OnDelete DaemonSet, one per RHCOS version on OpenShift, or per kernel."""
+    """state-driver of the ClusterPolicy: one OnDelete DaemonSet, one per RHCOS version on OpenShift, or per kernel.
+
+    ``env`` is the operator's environment (the driver manager's image when the policy names none)."""
     driver = _policy_section(policy, "driver")
     if driver.get("enabled") is False or driver.get("useNvidiaDriverCRD"):
         return []
-    version = str(driver.get("version") or "")
     manager = driver.get("manager") or {}
-    manager_image = image_path(
+    manager_image = env_manager_image(manager, env or {}) or image_path(
         manager.get("repository"), manager.get("image", "k8s-driver-manager"), manager.get("version", "v0.7.0")
     )
     precompiled = "true" if driver.get("usePrecompiled") else "false"
@@ -726,9 +836,7 @@ def render_driver_daemonsets(
             os_tag = next(
                 (node_os_tag(lab) for lab in nodes if lab.get(OSTREE_LABEL) == rhcos and node_os_tag(lab)), None
             )
-            image = image_path(
-                driver.get("repository"), driver.get("image", "driver"), f"{version}-{os_tag or 'rhcos'}"
-            )
+            image = driver_image(driver, env or {}, os_tag or "rhcos")
             name = f"{DRIVER_APP}-{rhcos}"
             labels = {
                 "app": name,
@@ -760,7 +868,7 @@ def render_driver_daemonsets(
         return rendered
     os_counts = Counter(tag for labels in nodes if (tag := node_os_tag(labels)))
     os_tag = os_counts.most_common(1)[0][0] if os_counts else "ubuntu22.04"
-    image = image_path(driver.get("repository"), driver.get("image", "driver"), f"{version}-{os_tag}")
+    image = driver_image(driver, env or {}, os_tag)
     labels = {"app": DRIVER_APP, COMPONENT_LABEL: DRIVER_COMPONENT, "nvidia.com/precompiled": precompiled}
     init, containers = _driver_containers(
         driver=driver, image=image, openshift=False, rhcos=None, manager_image=manager_image
@@ -868,7 +976,13 @@ def assign_driver_owners(
 
 
 def render_nvidiadriver_daemonsets(
-    cr: Obj, *, namespace: str, profile: str, policy: Obj, owned_nodes: Iterable[Mapping[str, str]]
+    cr: Obj,
+    *,
+    namespace: str,
+    profile: str,
+    policy: Obj,
+    owned_nodes: Iterable[Mapping[str, str]],
+    env: Mapping[str, str] | None = None,
 ) -> list[Obj]:
     """One driver DaemonSet per OS pool of the nodes a NVIDIADriver owns (internal/state/driver.go)."""
     spec = cr.get("spec") or {}
@@ -886,7 +1000,7 @@ def render_nvidiadriver_daemonsets(
             continue
         pools.setdefault(rhcos or os_tag, (os_tag, labels[OS_ID_LABEL], labels[OS_VERSION_LABEL], rhcos))
     manager = spec.get("manager") or {}
-    manager_image = image_path(
+    manager_image = env_manager_image(manager, env or {}) or image_path(
         manager.get("repository") or "nvcr.io/nvidia/cloud-native",
         manager.get("image") or "k8s-driver-manager",
         manager.get("version") or "v0.7.0",
@@ -1169,10 +1283,14 @@ class GpuOperator:
             return True
         if key == self.kinds.pod.key:
             return self._on_pod_event(event)
-        if key == self.kinds.deployment.key and event.type in ("ADDED", "DELETED"):
+        if key == self.kinds.deployment.key:
             meta = event.obj.get("metadata") or {}
-            if (meta.get("namespace"), meta.get("name")) == (self.namespace, OPERATOR_DEPLOYMENT):
-                # The operator (re)starts: a new process reconciles everything once.
+            rolled = event.type == "MODIFIED" and (event.old or {}).get("spec") != event.obj.get("spec")
+            if (meta.get("namespace"), meta.get("name")) == (self.namespace, OPERATOR_DEPLOYMENT) and (
+                event.type in ("ADDED", "DELETED") or rolled
+            ):
+                # The operator (re)starts (created, back, or a new pod template such as OLM's next CSV): a new
+                # process reconciles everything once.
                 self._policy_dirty = self._upgrade_dirty = True
                 return True
         return False
@@ -1240,7 +1358,8 @@ class GpuOperator:
         ensure_service_account(self.store, self.kinds, self.namespace, OPERATOR_SERVICE_ACCOUNT)
         if self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT) is None:
             self.store.create(
-                self.kinds.deployment, operator_deployment(namespace=self.namespace, release=self.release)
+                self.kinds.deployment,
+                operator_deployment(namespace=self.namespace, release=self.release, olm=self.profile == "openshift"),
             )
         if self.profile == "openshift" and self.custom.csv is not None:
             csv = operator_csv(namespace=self.namespace, release=self.release)
@@ -1252,7 +1371,10 @@ class GpuOperator:
             return
         if not self.store.list(policy_type):
             policy = default_cluster_policy(
-                profile=self.profile, release=self.release, driver_version=self._seed_driver_version()
+                profile=self.profile,
+                release=self.release,
+                driver_version=self._seed_driver_version(),
+                olm_defaults=self.sim.olm_cluster_policy,
             )
             created = self.store.create(policy_type, policy)
             status = {
@@ -1296,12 +1418,16 @@ class GpuOperator:
         node_labels = {name: (node["metadata"].get("labels") or {}) for name, node in self.index.nodes.items()}
         self._label_gpu_nodes(node_labels)
         gpu_nodes = [labels for labels in node_labels.values() if is_gpu_node(labels)]
-        desired = render_driver_daemonsets(active, namespace=self.namespace, profile=self.profile, gpu_nodes=gpu_nodes)
+        # The images the policy names none of come from the operator pod's environment (OLM's bundle sets them).
+        env = operator_env(self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT))
+        desired = render_driver_daemonsets(
+            active, namespace=self.namespace, profile=self.profile, gpu_nodes=gpu_nodes, env=env
+        )
         desired += render_operand_daemonsets(active, namespace=self.namespace)
         use_crd = bool(_policy_section(active, "driver").get("useNvidiaDriverCRD"))
         keep_nvidiadriver_sets: set[str] = set()
         if use_crd:
-            keep_nvidiadriver_sets = self._reconcile_nvidiadrivers(active, node_labels)
+            keep_nvidiadriver_sets = self._reconcile_nvidiadrivers(active, node_labels, env)
         self._apply_daemonsets(desired, keep=keep_nvidiadriver_sets)
         self._update_policy_status(active, desired)
 
@@ -1325,7 +1451,9 @@ class GpuOperator:
 
                 self._mutate_node(name, add)
 
-    def _reconcile_nvidiadrivers(self, policy: Obj, node_labels: Mapping[str, Mapping[str, str]]) -> set[str]:
+    def _reconcile_nvidiadrivers(
+        self, policy: Obj, node_labels: Mapping[str, Mapping[str, str]], env: Mapping[str, str]
+    ) -> set[str]:
         """The NVIDIADriver controller: owner labels, one DaemonSet per pool, CR status.  Returns DaemonSets to keep."""
         driver_type = self.custom.nvidia_driver
         if driver_type is None:
@@ -1357,7 +1485,7 @@ class GpuOperator:
             name = cr["metadata"]["name"]
             owned = [node_labels[n] for n, o in owners.items() if o == name]
             rendered = render_nvidiadriver_daemonsets(
-                cr, namespace=self.namespace, profile=self.profile, policy=policy, owned_nodes=owned
+                cr, namespace=self.namespace, profile=self.profile, policy=policy, owned_nodes=owned, env=env
             )
             self._apply_daemonsets(rendered, keep=existing, prune=False)
             keep.update(ds["metadata"]["name"] for ds in rendered)

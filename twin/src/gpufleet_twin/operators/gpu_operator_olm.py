@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import olm
-from .gpu_operator import OPERATOR_DEPLOYMENT, GpuOperator
+from .gpu_operator import OPERATOR_DEPLOYMENT, GpuOperator, bundle_env
 
 if TYPE_CHECKING:
     from ..apiserver.cluster import Twin
@@ -38,6 +38,7 @@ OLM_PACKAGE = olm.Package(
     container="gpu-operator",
     image=lambda version: f"nvcr.io/nvidia/gpu-operator:v{version}",
     bundle=lambda version: f"registry.connect.redhat.com/nvidia/gpu-operator-bundle:v{version}",
+    env=bundle_env,
     crds=("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com"),
     display_name="NVIDIA GPU Operator",
     published_as="olm",

@@ -104,6 +104,9 @@ class Package:
     bundle: Callable[[str], str]  # CSV version -> bundle image
     crds: tuple[str, ...]
     display_name: str
+    # CSV version -> the variables the bundle sets on the operator container (image defaults such as
+    # DRIVER_MANAGER_IMAGE); None: the Deployment's own are kept.
+    env: Callable[[str], dict[str, str]] | None = None
     # Called after the Deployment rolled to a new version (the new operator re-renders its operands).
     after_install: Callable[[str], None] | None = None
     # The key of ``twin.published`` its facts go under; None: ``olm_packages[<name>]``.
@@ -671,6 +674,10 @@ class Olm:
         for container in bundle_spec["template"]["spec"]["containers"]:
             if container.get("name") == self.package.container:
                 container["image"] = self.package.image(version)
+                if self.package.env is not None:
+                    bundle_env = self.package.env(version)
+                    kept = [e for e in container.get("env") or [] if e.get("name") not in bundle_env]
+                    container["env"] = kept + [{"name": name, "value": value} for name, value in bundle_env.items()]
 
         def install_strategy(csv: Obj) -> None:
             csv["spec"]["install"] = {
