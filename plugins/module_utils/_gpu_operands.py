@@ -32,9 +32,12 @@ release restarts no driver.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import (
+    driver_version_of_image,
+    split_reference,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_drift import (
     CLUSTERPOLICY_FIELDS,
     OPERAND_DAEMONSETS,
@@ -55,7 +58,6 @@ _RELEASE_IMAGES = (
     ("driver", "nvidia-driver-ctr", False, ()),
     ("driver manager", "k8s-driver-manager", True, ("manager",)),
 )
-_DRIVER_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 
 
 def _os_suffix(component: str, version: str) -> str:
@@ -181,10 +183,9 @@ def _driver_pin(image: str) -> Dict[str, str]:
     version, which the operator renders with the suffix of each node pool. {} when the tag names no driver version."""
     if "sha256:" in image:
         return {"image": image}
-    reference, _, tag = image.rpartition(":")
-    repository, _, name = reference.rpartition("/")
-    version = tag.split("-", 1)[0]
-    if not repository or not name or not _DRIVER_VERSION.match(version):
+    repository, name = split_reference(image)
+    version = driver_version_of_image(image)
+    if not repository or not name or not version:
         return {}
     return {"repository": repository, "image": name, "version": version}
 
