@@ -232,6 +232,15 @@ class DriverTarget:
         image = self.image if self.image is not None else current.get("image")
         if not repository and isinstance(image, str) and "/" in image:
             repository, image = split_reference(image)
+        if not repository or not image:
+            # OLM's ClusterPolicy names none of the three (the operator's release decides the driver): a version
+            # alone is an invalid image the operator refuses to render, so nothing is written.
+            raise InvalidInputError(
+                "the driver's owner names no driver repository and image (OLM's default ClusterPolicy leaves them to "
+                "the operator release), and a version needs both: give them (gpu_operator_driver_repository and "
+                "gpu_operator_driver_image, for example nvcr.io/nvidia and driver), or let the operator step pin "
+                "what runs first"
+            )
         desired = {"version": self.version, "repository": repository, "image": image}
         return {key: str(value) for key, value in desired.items() if value is not None}
 
@@ -239,7 +248,7 @@ class DriverTarget:
 def split_reference(reference: str) -> Tuple[str, str]:
     """``nvcr.io/nvidia/driver@sha256:...`` (or ``:tag``) -> (``nvcr.io/nvidia``, ``driver``)."""
     path = reference.split("@", 1)[0]
-    repository, _, name = path.rpartition("/")
+    repository, name = path.rsplit("/", 1) if "/" in path else ("", path)
     return repository, name.split(":", 1)[0]
 
 

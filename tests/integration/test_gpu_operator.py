@@ -256,3 +256,22 @@ def test_preflight_is_read_only_and_names_what_would_stall(twin_factory, tmp_pat
     assert findings["nodes_unavailable"]["nodes"] == ["gpu-worker-004"]
     assert findings["budget"]["severity"] == "error"  # 1 allowed, 1 already away
     assert "nodes_unavailable" in run.output
+
+
+def test_a_driver_version_for_olms_clusterpolicy_without_its_image_is_refused_naming_the_settings(
+    twin_factory, tmp_path
+):
+    """OLM's ClusterPolicy names no driver repository, image or version. Without the operator step's pin of what runs
+    (the operator does not move here), a version alone is an image the operator refuses to render: the driver step
+    fails naming the settings that give it, and nothing is written."""
+    twin = twin_factory(scenario={"olm_cluster_policy": True, "workloads": False}, nodes=2)
+    kubectl(twin, "label", "node", CANARY, "gpu-canary=true")
+    twin.admin("POST", "report/reset")
+    target = {"gpu_operator": "v24.9.0", "gpu_driver": NEW}
+    variables = {"gpu_operator_action": "canary", "gpu_operator_target": target, "gpu_operator_upgrade_operator": False}
+    run, _result = run_role(twin, tmp_path, variables)
+    assert run.returncode != 0
+    assert "names no driver repository and image" in run.output
+    assert "gpu_operator_driver_repository and gpu_operator_driver_image" in run.output
+    assert write_requests(twin) == {}
+    assert "version" not in policy(twin)["spec"]["driver"]

@@ -166,9 +166,8 @@ def test_image_fields_default_to_the_objects_own():
         "repository": "registry.local/nvidia",
         "image": "driver",
     }
-    assert DriverTarget(version="570.124.06", image="driver-ubi9").fields_for({"image": "driver"})["image"] == (
-        "driver-ubi9"
-    )
+    own = {"repository": "nvcr.io/nvidia", "image": "driver"}
+    assert DriverTarget(version="570.124.06", image="driver-ubi9").fields_for(own)["image"] == "driver-ubi9"
 
 
 def test_a_whole_image_reference_gives_the_repository_and_image_a_version_needs():
@@ -184,6 +183,15 @@ def test_a_whole_image_reference_gives_the_repository_and_image_a_version_needs(
     }
     patch = cluster_policy_patch({"spec": {"driver": {"image": digest}}}, target=target, upgrade_policy={})
     assert patch == {"spec": {"driver": wanted}}
+
+
+def test_a_version_for_an_owner_that_names_no_image_is_refused_before_any_write():
+    """OLM's ClusterPolicy names no driver repository, image or version: a version alone is an image the operator
+    refuses to render ("repository, image and version must all be set"), so it is an input error, naming the fix."""
+    with pytest.raises(InvalidInputError, match="gpu_operator_driver_repository and gpu_operator_driver_image"):
+        DriverTarget(version="570.124.06").fields_for({"enabled": True})
+    given = DriverTarget(version="570.124.06", repository="nvcr.io/nvidia", image="driver")
+    assert given.fields_for({}) == {"version": "570.124.06", "repository": "nvcr.io/nvidia", "image": "driver"}
 
 
 # -- patches --------------------------------------------------------------------------------------------------
