@@ -261,12 +261,20 @@ def test_preflight_is_read_only_and_names_what_would_stall(twin_factory, tmp_pat
 def test_a_driver_version_for_olms_clusterpolicy_without_its_image_is_refused_naming_the_settings(
     twin_factory, tmp_path
 ):
-    """OLM's ClusterPolicy names no driver repository, image or version. Without the operator step's pin of what runs
-    (the operator does not move here), a version alone is an image the operator refuses to render: the driver step
-    fails naming the settings that give it, and nothing is written."""
+    """OLM's ClusterPolicy names no driver repository, image or version. The preflight of an operator upgrade says
+    what the operator step will pin. Without that pin (the operator does not move here), a version alone is an image
+    the operator refuses to render: the driver step fails naming the settings that give it, and nothing is
+    written."""
     twin = twin_factory(scenario={"olm_cluster_policy": True, "workloads": False}, nodes=2)
     kubectl(twin, "label", "node", CANARY, "gpu-canary=true")
     twin.admin("POST", "report/reset")
+    # The preflight of an operator upgrade says what its step will pin, reading only.
+    moving = {"gpu_operator_action": "preflight", "gpu_operator_target": {"gpu_operator": "v25.3.0"}}
+    run, _result = run_role(twin, tmp_path, moving)
+    assert run.returncode == 0, run.output
+    assert "names no driver or driver manager image, so the operator release would restart every driver" in run.output
+    assert write_requests(twin) == {}
+
     target = {"gpu_operator": "v24.9.0", "gpu_driver": NEW}
     variables = {"gpu_operator_action": "canary", "gpu_operator_target": target, "gpu_operator_upgrade_operator": False}
     run, _result = run_role(twin, tmp_path, variables)
