@@ -394,6 +394,41 @@ def test_new_driver_version_rolls_nodes_one_at_a_time_to_upgrade_done(run) -> No
     assert labels["nvidia.com/cuda.driver-version.full"] == NEW_DRIVER  # GFD saw the new driver
 
 
+def test_a_driver_version_without_repository_and_image_is_refused_and_the_driver_stays(run) -> None:
+    """imagePath: a repository or version without all three is an invalid image; state-driver fails before it
+    renders, so the ClusterPolicy reports the error and the driver DaemonSet keeps its template."""
+    cluster = make_cluster(workers=2, workloads=False)
+
+    def version_only(policy: Obj) -> None:
+        driver = policy["spec"]["driver"]
+        driver.pop("repository", None)
+        driver.pop("image", None)
+        driver["version"] = NEW_DRIVER
+
+    async def scenario(cluster: Cluster) -> None:
+        await settled(cluster)
+        cluster.patch_policy(version_only)
+        await until(lambda: cluster.policy()["status"]["state"] == "notReady", what="the ClusterPolicy's error")
+
+    run(cluster, scenario)
+    (error,) = [c for c in cluster.policy()["status"]["conditions"] if c["type"] == "Error"]
+    assert (error["status"], error["reason"]) == ("True", "ReconcileFailed")
+    assert error["message"] == (
+        "invalid image specification: repository, image and version must all be set "
+        f"(repository=, image=, version={NEW_DRIVER})"
+    )
+    (daemonset,) = [
+        ds
+        for ds in cluster.twin.store.list(cluster.kinds.daemonset, "gpu-operator")
+        if ds["metadata"]["name"] == gop.DRIVER_APP
+    ]
+    (container,) = [c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "nvidia-driver-ctr"]
+    assert container["image"] == f"nvcr.io/nvidia/driver:{OLD_DRIVER}-ubuntu22.04"
+    for node in cluster.nodes():
+        assert cluster.driver_image(node["metadata"]["name"]).endswith(f"{OLD_DRIVER}-ubuntu22.04")
+        assert cluster.sim.nodes[node["metadata"]["name"]].driver_version == OLD_DRIVER
+
+
 def test_skip_label_holds_a_node_in_upgrade_required(run) -> None:
     cluster = make_cluster(workers=3, node_labels={1: {um.GPU_DRIVER.skip_label: "true"}}, workloads=False)
 

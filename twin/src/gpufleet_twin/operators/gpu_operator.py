@@ -565,6 +565,17 @@ def env_image(section: Mapping[str, Any], env: Mapping[str, str], variable: str)
     return str(section.get("image") or "") or env.get(variable) or None
 
 
+def invalid_image_spec(section: Mapping[str, Any]) -> str:
+    """imagePath's refusal of a section that names a repository or version without all three ("" when valid)."""
+    repository, image, version = (str(section.get(key) or "") for key in ("repository", "image", "version"))
+    if (repository or version) and not (repository and image and version):
+        return (
+            "invalid image specification: repository, image and version must all be set "
+            f"(repository={repository}, image={image}, version={version})"
+        )
+    return ""
+
+
 def driver_image(driver: Mapping[str, Any], env: Mapping[str, str], os_tag: str) -> str:
     """resolveDriverTag (controllers/object_controls.go): imagePath, then ``-<os tag>`` unless it is a digest."""
     image = env_image(driver, env, "DRIVER_IMAGE")
@@ -1420,16 +1431,26 @@ class GpuOperator:
         gpu_nodes = [labels for labels in node_labels.values() if is_gpu_node(labels)]
         # The images the policy names none of come from the operator pod's environment (OLM's bundle sets them).
         env = operator_env(self.store.try_get(self.kinds.deployment, self.namespace, OPERATOR_DEPLOYMENT))
-        desired = render_driver_daemonsets(
-            active, namespace=self.namespace, profile=self.profile, gpu_nodes=gpu_nodes, env=env
-        )
+        driver = _policy_section(active, "driver")
+        refused = "" if driver.get("useNvidiaDriverCRD") else invalid_image_spec(driver)
+        keep: set[str] = set()
+        if refused:
+            # state-driver fails before it renders anything: its DaemonSets stay as they are.
+            desired = []
+            keep = {
+                ds["metadata"]["name"]
+                for ds in self._owned_daemonsets()
+                if (ds["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == DRIVER_COMPONENT
+            }
+        else:
+            desired = render_driver_daemonsets(
+                active, namespace=self.namespace, profile=self.profile, gpu_nodes=gpu_nodes, env=env
+            )
         desired += render_operand_daemonsets(active, namespace=self.namespace)
-        use_crd = bool(_policy_section(active, "driver").get("useNvidiaDriverCRD"))
-        keep_nvidiadriver_sets: set[str] = set()
-        if use_crd:
-            keep_nvidiadriver_sets = self._reconcile_nvidiadrivers(active, node_labels, env)
-        self._apply_daemonsets(desired, keep=keep_nvidiadriver_sets)
-        self._update_policy_status(active, desired)
+        if driver.get("useNvidiaDriverCRD"):
+            keep = self._reconcile_nvidiadrivers(active, node_labels, env)
+        self._apply_daemonsets(desired, keep=keep)
+        self._update_policy_status(active, desired, refused=refused)
 
     def _label_gpu_nodes(self, node_labels: Mapping[str, Mapping[str, str]]) -> None:
         """state_manager.go labelGPUNodes: GPU nodes get the operand deploy labels they lack.
@@ -1564,7 +1585,8 @@ class GpuOperator:
             latest_revision_hash(self.store, self.kinds, daemonset),
         )
 
-    def _update_policy_status(self, policy: Obj, desired: list[Obj]) -> None:
+    def _update_policy_status(self, policy: Obj, desired: list[Obj], *, refused: str = "") -> None:
+        """Ready once every desired DaemonSet is; a state that failed (``refused``) is the ClusterPolicy's error."""
         not_ready = []
         for daemonset in desired:
             if not self._daemonset_ready_by_name(daemonset["metadata"]["name"]):
@@ -1579,7 +1601,13 @@ class GpuOperator:
                 if state not in not_ready:
                     not_ready.append(state)
         stamp = self.twin.clock.iso()
-        if not_ready:
+        if refused:
+            status = {
+                "state": "notReady",
+                "namespace": self.namespace,
+                "conditions": _conditions(ready=False, reason="ReconcileFailed", message=refused, stamp=stamp),
+            }
+        elif not_ready:
             message = f"ClusterPolicy is not ready, states not ready: [{' '.join(not_ready)}]"
             status = {
                 "state": "notReady",
