@@ -97,6 +97,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec 
     merge_patch_for,
     normalize_upgrade_policy,
     normalized_for_diff,
+    unnamed_driver_image,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import (
     DRIVER_COMPONENT_SELECTOR,
@@ -357,6 +358,10 @@ class DriverRollout:
             return self._finish(result)
         if target is None:
             raise InvalidInputError("a driver version is required unless preflight_only is set")
+        for write in plan.writes:
+            unnamed = unnamed_driver_image(cluster.policy, write.patch) if write.kind == "ClusterPolicy" else ""
+            if unnamed:
+                raise InvalidInputError(unnamed)
         errors = preflight.errors
         if errors:
             raise GpuFleetError(

@@ -232,17 +232,26 @@ class DriverTarget:
         image = self.image if self.image is not None else current.get("image")
         if not repository and isinstance(image, str) and "/" in image:
             repository, image = split_reference(image)
-        if not repository or not image:
-            # OLM's ClusterPolicy names none of the three (the operator's release decides the driver): a version
-            # alone is an invalid image the operator refuses to render, so nothing is written.
-            raise InvalidInputError(
-                "the driver's owner names no driver repository and image (OLM's default ClusterPolicy leaves them to "
-                "the operator release), and a version needs both: give them (gpu_operator_driver_repository and "
-                "gpu_operator_driver_image, for example nvcr.io/nvidia and driver), or let the operator step pin "
-                "what runs first"
-            )
         desired = {"version": self.version, "repository": repository, "image": image}
         return {key: str(value) for key, value in desired.items() if value is not None}
+
+
+def unnamed_driver_image(policy: Mapping[str, Any], patch: Mapping[str, Any]) -> str:
+    """Why the ClusterPolicy driver ``patch`` leaves is one the operator refuses to render, or "".
+
+    OLM's ClusterPolicy names no driver repository, image or version (the operator's release decides the driver):
+    a version written alone is an invalid image (imagePath: "repository, image and version must all be set"), so the
+    driver would not move. The runner refuses such a write before any write of the run.
+    """
+    driver = (apply_merge_patch(copy.deepcopy(dict(policy)), patch).get("spec") or {}).get("driver") or {}
+    if not driver.get("version") or (driver.get("repository") and driver.get("image")):
+        return ""
+    return (
+        "the ClusterPolicy names no driver repository and image (OLM's default ClusterPolicy leaves them to the "
+        "operator release), and a driver version needs both: give them (gpu_operator_driver_repository and "
+        "gpu_operator_driver_image, for example nvcr.io/nvidia and driver), or move the operator in the same stage, "
+        "whose step pins the driver that runs first"
+    )
 
 
 def split_reference(reference: str) -> Tuple[str, str]:

@@ -279,7 +279,7 @@ def test_a_driver_version_for_olms_clusterpolicy_without_its_image_is_refused_na
     variables = {"gpu_operator_action": "canary", "gpu_operator_target": target, "gpu_operator_upgrade_operator": False}
     run, _result = run_role(twin, tmp_path, variables)
     assert run.returncode != 0
-    assert "names no driver repository and image" in run.output
+    assert "ClusterPolicy names no driver repository and image" in run.output
     assert "gpu_operator_driver_repository and gpu_operator_driver_image" in run.output
     assert write_requests(twin) == {}
     assert "version" not in policy(twin)["spec"]["driver"]

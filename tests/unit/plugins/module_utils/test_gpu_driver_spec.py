@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec 
     merge_patch_for,
     normalize_upgrade_policy,
     normalized_for_diff,
+    unnamed_driver_image,
 )
 
 SHARED_CRDS = pathlib.Path(__file__).resolve().parents[4].parent / "shared" / "reference" / "crds"
@@ -185,13 +186,17 @@ def test_a_whole_image_reference_gives_the_repository_and_image_a_version_needs(
     assert patch == {"spec": {"driver": wanted}}
 
 
-def test_a_version_for_an_owner_that_names_no_image_is_refused_before_any_write():
+def test_a_version_for_an_owner_that_names_no_image_is_named_as_unrenderable():
     """OLM's ClusterPolicy names no driver repository, image or version: a version alone is an image the operator
-    refuses to render ("repository, image and version must all be set"), so it is an input error, naming the fix."""
-    with pytest.raises(InvalidInputError, match="gpu_operator_driver_repository and gpu_operator_driver_image"):
-        DriverTarget(version="570.124.06").fields_for({"enabled": True})
+    refuses to render (imagePath), which the runner refuses before any write, naming the settings that fix it."""
+    olm = {"spec": {"driver": {"enabled": True}}}
+    target = DriverTarget(version="570.124.06")
+    patch = cluster_policy_patch(olm, target=target, upgrade_policy={})
+    assert patch == {"spec": {"driver": {"version": "570.124.06"}}}
+    assert "gpu_operator_driver_repository and gpu_operator_driver_image" in unnamed_driver_image(olm, patch)
     given = DriverTarget(version="570.124.06", repository="nvcr.io/nvidia", image="driver")
-    assert given.fields_for({}) == {"version": "570.124.06", "repository": "nvcr.io/nvidia", "image": "driver"}
+    assert unnamed_driver_image(olm, cluster_policy_patch(olm, target=given, upgrade_policy={})) == ""
+    assert unnamed_driver_image(olm, {"spec": {"driver": {"upgradePolicy": {"autoUpgrade": True}}}}) == ""
 
 
 # -- patches --------------------------------------------------------------------------------------------------
