@@ -15,7 +15,7 @@ or fewer (bench/bench_doctor.py).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._doctor import (
     ClusterView,
@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._doctor import (
     pod_node,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import KubeApiError
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeApi
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import KubeApi, list_served
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
     DAEMONSETS,
@@ -39,23 +39,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     NVIDIA_DRIVERS,
     PDBS,
     PODS,
-    ResourceRef,
 )
 
 # Up to this many nodes past upgrade-required, their pods are read node by node (field selector spec.nodeName);
 # beyond it one cluster-wide list costs less than a request per node.
 PER_NODE_POD_READS = 8
 LOG_TAIL_BYTES = 16384
-
-
-def _list_optional(api: KubeApi, ref: ResourceRef, **kwargs: Any) -> List[Dict[str, Any]]:
-    """A list of a kind that a cluster may not serve (the operator's CRD not installed, no OpenShift): [] on 404."""
-    try:
-        return api.list(ref, **kwargs)
-    except KubeApiError as err:
-        if err.status == 404:
-            return []
-        raise
 
 
 def read_cluster(
@@ -69,8 +58,8 @@ def read_cluster(
     """Everything the diagnosis looks at, on the API server's clock."""
     now = api.server_time()
     nodes = api.list(NODES, label_selector=node_selector or None)
-    policies = _list_optional(api, CLUSTER_POLICIES)
-    nic_policies = _list_optional(api, NIC_CLUSTER_POLICIES)
+    policies = list_served(api, CLUSTER_POLICIES)
+    nic_policies = list_served(api, NIC_CLUSTER_POLICIES)
     cluster_policy = policies[0] if policies else None
     view = ClusterView(
         now=now,
@@ -81,12 +70,12 @@ def read_cluster(
     operator_namespace = _operator_namespace(cluster_policy)
     if cluster_policy is not None:
         if (cluster_policy.get("spec") or {}).get("driver", {}).get("useNvidiaDriverCRD"):
-            view.nvidia_drivers = _list_optional(api, NVIDIA_DRIVERS)
+            view.nvidia_drivers = list_served(api, NVIDIA_DRIVERS)
         if operator_namespace:
             view.driver_daemonsets = api.list(DAEMONSETS, namespace=operator_namespace, label_selector=DRIVER_SELECTOR)
     view.pdbs = api.list(PDBS)
     view.node_events = api.list(EVENTS, namespace="default", field_selector="involvedObject.kind=Node")
-    view.machine_config_pools = _list_optional(api, MACHINE_CONFIG_POOLS)
+    view.machine_config_pools = list_served(api, MACHINE_CONFIG_POOLS)
     namespace = lease_namespace or operator_namespace
     if namespace:
         view.lease = api.get(LEASES, lease_name, namespace=namespace)

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import KubeApiError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope import name_of
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_operands import release_pins
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import list_served
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
     CONFIGMAPS,
@@ -61,16 +62,6 @@ def _get_or_none(api: Any, ref: Any, name: str, *, namespace: Optional[str] = No
         raise
 
 
-def _list_or_none(api: Any, ref: Any) -> List[Dict[str, Any]]:
-    """Every object of a kind; [] when the cluster does not serve it (an operator without the NVIDIADriver CRD)."""
-    try:
-        return api.list(ref)
-    except KubeApiError as err:
-        if err.status == 404:
-            return []
-        raise
-
-
 def read_operator(api: Any, query: OperatorQuery) -> Dict[str, Any]:
     """Read the ClusterPolicies, then the Subscription and the reinstall record in the operator's namespace.
 
@@ -81,7 +72,7 @@ def read_operator(api: Any, query: OperatorQuery) -> Dict[str, Any]:
         found = _get_or_none(api, CLUSTER_POLICIES, query.cluster_policy)
         policies: List[Dict[str, Any]] = [found] if found else []
     else:
-        policies = _list_or_none(api, CLUSTER_POLICIES)
+        policies = list_served(api, CLUSTER_POLICIES)
     namespace = operator_namespace(policies, given=query.namespace)
     subscription = olm_state = None
     pins: Dict[str, Any] = {"pins": [], "gitops_changes": [], "problems": []}
@@ -93,7 +84,7 @@ def read_operator(api: Any, query: OperatorQuery) -> Dict[str, Any]:
             uses_crd = bool(((honoured.get("spec") or {}).get("driver") or {}).get("useNvidiaDriverCRD"))
             pins = release_pins(
                 honoured,
-                _list_or_none(api, NVIDIA_DRIVERS) if uses_crd else [],
+                list_served(api, NVIDIA_DRIVERS) if uses_crd else [],
                 api.list(DAEMONSETS, namespace=namespace, label_selector=DRIVER_SELECTOR),
                 gitops_managed=query.gitops_managed,
             )

@@ -686,6 +686,17 @@ class KubeApi:
                     yield _watch_event(line, path=path)
 
 
+def list_served(api: Any, ref: ResourceRef, **kwargs: Any) -> List[Dict[str, Any]]:
+    """``api.list``, where a cluster may not serve the kind (an operator's CRD not installed, no OpenShift): [] on
+    404; any other error is raised, never read as nothing."""
+    try:
+        return api.list(ref, **kwargs)
+    except KubeApiError as err:
+        if err.status == 404:
+            return []
+        raise
+
+
 def _watch_event(line: bytes, *, path: str) -> Dict[str, Any]:
     try:
         event = json.loads(line)

@@ -135,14 +135,6 @@ def last_report(workspace: pathlib.Path, stage: str) -> str:
     return reports[-1].read_text()
 
 
-def driver_pods(twin) -> dict:
-    """Each GPU node's driver pod uid: a new uid is a driver restarted."""
-    pods = json.loads(
-        kubectl(twin, "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nvidia-driver", "-o", "json")
-    )["items"]
-    return {pod["spec"]["nodeName"]: pod["metadata"]["uid"] for pod in pods if pod["spec"].get("nodeName")}
-
-
 @pytest.fixture
 def eight_node_twin(tmp_path):
     """The demo's cluster size: a promotion rolls 8 GPU nodes. Its ClusterPolicy is the one OLM creates from the
@@ -166,7 +158,7 @@ def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspac
         assert refused(twin) == {}, (name, refused(twin), run.output[-4000:])
         return run
 
-    before = driver_pods(twin)
+    before = driver_pod_uids(twin)
     canary = stage("canary")
     assert canary.returncode == 0, canary.output
     assert "Stage canary: success" in canary.output
@@ -177,7 +169,7 @@ def test_canary_bake_promote_and_reruns_change_nothing(eight_node_twin, workspac
     # The operator moved to v25.3.0, whose bundle names another driver (its default, 570.124.06) and driver
     # manager: the ones that ran were pinned first, so no driver but the canary's restarted (without the pins the
     # upgrade controller rolls the new release's driver to every node, before any canary).
-    after = driver_pods(twin)
+    after = driver_pod_uids(twin)
     assert {node for node in before if after.get(node) != before[node]} == {CANARY}
     driver = json.loads(kubectl(twin, "get", "clusterpolicy", "gpu-cluster-policy", "-o", "json"))["spec"]["driver"]
     assert driver["manager"]["image"].endswith(
@@ -438,6 +430,7 @@ def test_a_matrix_changing_two_groups_is_refused_before_any_change(shared_twin, 
 
 
 def driver_pod_uids(twin) -> dict:
+    """Each GPU node's driver pod uid: a new uid is a driver restarted."""
     pods = json.loads(
         kubectl(twin, "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nvidia-driver", "-o", "json")
     )["items"]
