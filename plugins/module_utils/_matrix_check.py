@@ -16,9 +16,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError, KubeApiError
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import InvalidInputError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     KubeApi,
+    list_served,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources import (
     CLUSTER_POLICIES,
@@ -30,7 +31,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     NIC_CLUSTER_POLICIES,
     NODES,
     PODS,
-    ResourceRef,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._matrix_catalog import (
     CATALOG_FILE_NAME,
@@ -105,16 +105,6 @@ def read_matrix_configmap(api: KubeApi, source: MatrixSource) -> Matrix:
     return matrix_from_configmap(configmap, source=f"ConfigMap {source.configmap_namespace}/{source.configmap_name}")
 
 
-def _list_if_served(api: KubeApi, ref: ResourceRef, **kwargs: Any) -> List[Dict[str, Any]]:
-    """A list, or nothing when the cluster does not serve the kind (no OpenShift, no Network Operator)."""
-    try:
-        return api.list(ref, **kwargs)
-    except KubeApiError as err:
-        if err.status == 404:
-            return []
-        raise
-
-
 def observe_cluster(api: KubeApi, *, firmware_by_node: Optional[Mapping[str, Mapping[str, str]]] = None) -> Observed:
     """Everything the drift audit compares, from a fixed number of paginated list calls.
 
@@ -129,10 +119,10 @@ def observe_cluster(api: KubeApi, *, firmware_by_node: Optional[Mapping[str, Map
             api.iter_list(PODS, label_selector=MOFED_POD_SELECTOR, page_size=POD_PAGE),
         ),
         daemonsets=api.list(DAEMONSETS, page_size=POD_PAGE),
-        clusterpolicies=_list_if_served(api, CLUSTER_POLICIES),
-        csvs=_list_if_served(api, CSVS, page_size=POD_PAGE),
-        clusterversions=_list_if_served(api, CLUSTER_VERSIONS),
-        nicclusterpolicies=_list_if_served(api, NIC_CLUSTER_POLICIES),
+        clusterpolicies=list_served(api, CLUSTER_POLICIES),
+        csvs=list_served(api, CSVS, page_size=POD_PAGE),
+        clusterversions=list_served(api, CLUSTER_VERSIONS),
+        nicclusterpolicies=list_served(api, NIC_CLUSTER_POLICIES),
         deployments=api.list(DEPLOYMENTS, page_size=POD_PAGE),
         firmware_by_node=firmware_by_node,
     )
