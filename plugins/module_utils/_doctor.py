@@ -50,13 +50,14 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label impor
     GPU_DRIVER,
     OFED_DRIVER,
     SKIP_LABEL_FORMAT,
+    STATE_LABEL_FORMAT,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
 
 GPU = "gpu"
 OFED = "ofed"
 COMPONENTS = {GPU: "gpu-driver", OFED: "ofed-driver"}
-STATE_LABEL = "nvidia.com/{}-driver-upgrade-state"
+STATE_LABEL = STATE_LABEL_FORMAT
 SKIP_LABEL = SKIP_LABEL_FORMAT
 WAIT_START_ANNOTATION = "nvidia.com/{}-driver-upgrade-wait-for-pod-completion-start-time"
 VALIDATION_START_ANNOTATION = "nvidia.com/{}-driver-upgrade-validation-start-time"

@@ -129,6 +129,7 @@ class RolloutOptions:
     max_unavailable: MaxUnavailable = 1
     max_parallel: int = 1
     failure_domain_label: str = ""
+    max_per_domain: int = 1
     budget_wait_timeout: float = 0.0
     drain_timeout: float = 900.0
     node_ready_timeout: float = 1800.0
@@ -610,6 +611,7 @@ def run_nic_firmware_rollout(api: KubeApi, options: RolloutOptions) -> Dict[str,
         max_unavailable=options.max_unavailable,
         max_parallel=options.max_parallel,
         failure_domain_label=options.failure_domain_label,
+        max_per_domain=options.max_per_domain,
         canary_nodes=tuple(name for name in canaries if name in targets),
         budget_wait_timeout=options.budget_wait_timeout,
         budget_wait_sleep=options.wait_sleep,

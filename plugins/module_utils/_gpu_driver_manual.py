@@ -126,6 +126,14 @@ def manual_targets(
     )
 
 
+def policy_limits(effective_policy: Mapping[str, Any]) -> Tuple[MaxUnavailable, int]:
+    """maxUnavailable and maxParallelUpgrades (0: no cap) of an upgradePolicy, with the CRD's defaults."""
+    max_unavailable: MaxUnavailable = effective_policy.get("maxUnavailable", "25%")
+    if isinstance(max_unavailable, float):
+        max_unavailable = int(max_unavailable)
+    return max_unavailable, int(effective_policy.get("maxParallelUpgrades", 1) or 0)
+
+
 def manual_settings(
     effective_policy: Mapping[str, Any],
     *,
@@ -135,16 +143,18 @@ def manual_settings(
     budget_wait_sleep: float,
     undo_other_targets: bool,
     at_target: Sequence[str] = (),
+    failure_domain_label: str = "",
+    max_per_domain: int = 1,
 ) -> RolloutSettings:
     """The engine's settings from the ClusterPolicy's own upgradePolicy (the budget a person set there)."""
-    max_unavailable: MaxUnavailable = effective_policy.get("maxUnavailable", "25%")
-    if isinstance(max_unavailable, float):
-        max_unavailable = int(max_unavailable)
+    max_unavailable, max_parallel = policy_limits(effective_policy)
     return RolloutSettings(
         name=ROLLOUT_NAME,
         target=target_version,
         max_unavailable=max_unavailable,
-        max_parallel=int(effective_policy.get("maxParallelUpgrades", 1) or 0),
+        max_parallel=max_parallel,
+        failure_domain_label=failure_domain_label,
+        max_per_domain=max_per_domain,
         canary_nodes=tuple(canaries),
         budget_wait_timeout=budget_wait_timeout,
         budget_wait_sleep=budget_wait_sleep,
@@ -358,6 +368,9 @@ class ManualRun:
     alerts: Optional[AlertsGate] = None
     # Drain through the NVIDIA Maintenance Operator (its drainSpec is made from the upgradePolicy here).
     maintenance: Optional[MaintenanceSettings] = None
+    # At most max_per_domain nodes away per value of this node label (a rack); "" for no failure domains.
+    failure_domain_label: str = ""
+    max_per_domain: int = 1
 
 
 def _step_options(run: ManualRun) -> ManualStepOptions:
@@ -435,6 +448,8 @@ def run_manual_rollout(api: KubeApi, run: ManualRun, *, clock: Any, pause: Any, 
         budget_wait_sleep=run.sleep,
         undo_other_targets=run.undo_other_targets,
         at_target=chosen.at_target,
+        failure_domain_label=run.failure_domain_label,
+        max_per_domain=run.max_per_domain,
     )
     settings = dataclasses.replace(settings, alerts=run.alerts, maintenance=maintenance_for(run))
     if not run.check_mode and chosen.targets:

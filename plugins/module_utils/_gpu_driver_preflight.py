@@ -24,9 +24,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import (
     GPU_RESOURCE,
-    NOT_STARTED_STATES,
-    STATE_DONE,
-    STATE_FAILED,
     driver_pods_by_node,
     gpu_quantity,
 )
@@ -40,6 +37,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget i
     gpu_operator_upgrade_slots,
     node_is_unschedulable,
     node_ready_status,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import (
+    NOT_STARTED_STATES,
+    STATE_DONE,
+    STATE_FAILED,
 )
 
 ERROR = "error"

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._alerts import AlertsGate
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
@@ -46,6 +46,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_manua
     ManualRun,
     clear_command,
     controller_absent,
+    policy_limits,
     run_manual_rollout,
     timeline_of,
 )
@@ -61,6 +62,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_prefl
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope import (
     GPU_PRESENT_LABEL,
     PHASE_CLEANUP,
+    PHASE_HOLD,
     PHASE_SCOPE,
     PHASE_TARGET,
     POOL_MOVE_ANNOTATION,
@@ -82,7 +84,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     release_write,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_settle import (
-    STATE_REQUIRED,
     daemonsets_run_target,
     needless_cycle_writes,
 )
@@ -109,6 +110,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch
     build_timeline,
     failure_reason,
     halt_decision,
+    node_progress,
     node_views,
     pool_settled,
     rollout_progress,
@@ -140,6 +142,18 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
     MaintenanceChoice,
     resolve_settings,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import capacity_budget
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import (
+    PoolNode,
+    ScheduleLimits,
+    pool_from_objects,
+    rollout_order,
+)
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import (
+    PROGRESS_DONE,
+    STATE_REQUIRED,
+    SkipLabelPacer,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
@@ -186,6 +200,10 @@ class DriverRolloutOptions:
     alerts: Optional[AlertsGate] = None
     # Without the upgrade controller: drain through the NVIDIA Maintenance Operator (node_maintenance).
     node_maintenance: MaintenanceChoice = field(default_factory=MaintenanceChoice)
+    # At most max_per_domain nodes away per value of this node label (a rack): with the controller and scope all,
+    # the targets wait under the skip label and this run releases them in turn (_skip_label.SkipLabelPacer).
+    failure_domain_label: str = ""
+    max_per_domain: int = 1
 
 
 @dataclass
@@ -245,6 +263,9 @@ class DriverRollout:
         # False when the served ClusterPolicy CRD has no driver.upgradePolicy (an operator before the controller).
         self.served_upgrade_policy = True
         self.alerts_hold = AlertsHold()
+        # Failure domains with the controller: this run releases the targets in turn; the ones it released so far.
+        self.paced = False
+        self.released: List[str] = []
 
     # -- reading -------------------------------------------------------------------------------
     def read_cluster(self) -> ClusterRead:
@@ -340,8 +361,15 @@ class DriverRollout:
         driver_section = ((cluster.policy.get("spec") or {}).get("driver")) or {}
         effective = effective_upgrade_policy(driver_section.get("upgradePolicy"), upgrade_policy)
         manual = controller_absent(effective, served_upgrade_policy=self.served_upgrade_policy)
+        self.paced = bool(options.failure_domain_label) and options.scope == SCOPE_ALL and not manual
+        if self.paced and not options.wait and not options.preflight_only:
+            raise InvalidInputError(
+                f"failure_domain_label {options.failure_domain_label!r} needs wait: the run holds every node and "
+                "releases them in turn as others finish"
+            )
         plan = plan_rollout(
-            _planner_view(cluster), self._rollout_request(target=target, upgrade_policy=upgrade_policy, manual=manual)
+            _planner_view(cluster),
+            self._rollout_request(cluster, target=target, upgrade_policy=upgrade_policy, manual=manual),
         )
         self.warnings.extend(plan.warnings)
         check_gitops_plan(plan, managed=options.gitops_managed, canary_mode=options.canary_mode)
@@ -386,7 +414,7 @@ class DriverRollout:
         return None
 
     def _rollout_request(
-        self, *, target: Optional[DriverTarget], upgrade_policy: Dict[str, Any], manual: bool
+        self, cluster: ClusterRead, *, target: Optional[DriverTarget], upgrade_policy: Dict[str, Any], manual: bool
     ) -> RolloutRequest:
         options = self.options
         return RolloutRequest(
@@ -399,6 +427,18 @@ class DriverRollout:
             canary_driver_name=options.canary_driver_name,
             remove_canary_driver=options.remove_canary_driver,
             retry_failed_nodes=options.retry_failed_nodes,
+            paced=self.paced,
+            done=self._done(cluster, target) if self.paced else frozenset(),
+        )
+
+    @staticmethod
+    def _done(cluster: ClusterRead, target: Optional[DriverTarget]) -> FrozenSet[str]:
+        """Nodes whose driver pod runs the target, Ready, and whose state label says upgrade-done."""
+        if target is None:
+            return frozenset()
+        views = node_views(cluster.nodes, cluster.driver_pods)
+        return frozenset(
+            name for name, view in views.items() if node_progress(view, target_version=target.version) == PROGRESS_DONE
         )
 
     def _preflight(
@@ -447,6 +487,7 @@ class DriverRollout:
     ) -> Dict[str, Any]:
         """Write the plan, then watch the upgrade controller work (halting at a failed node) and clean up."""
         self.finish_pool_moves(cluster, result=result)
+        self.execute(plan.in_phase(PHASE_HOLD))
         scope_writes = plan.in_phase(PHASE_SCOPE)
         if plan.pin is not None:
             self.execute([write for write in scope_writes if write.op != "create"])
@@ -478,7 +519,7 @@ class DriverRollout:
                 self.warnings.append("wait is false: the canary NVIDIADriver stays until a run that waits finishes")
             return self._finish(result)
 
-        views, progress = self.watch(cluster, plan=plan, target=target, result=result)
+        views, progress = self.watch(cluster, plan=plan, target=target, effective=effective, result=result)
         events = self.collected_events()
         result["timeline"] = build_timeline(nodes=plan.targets, events=events, observed=self.tracker.observed)
         if progress.failed:
@@ -579,6 +620,8 @@ class DriverRollout:
             check_mode=options.check_mode,
             alerts=options.alerts,
             maintenance=resolve_settings(self.api, options.node_maintenance),
+            failure_domain_label=options.failure_domain_label,
+            max_per_domain=options.max_per_domain,
         )
         try:
             engine = run_manual_rollout(
@@ -807,15 +850,36 @@ class DriverRollout:
         return max(0.0, self.deadline - self.clock.monotonic())
 
     def watch(
-        self, cluster: ClusterRead, *, plan: RolloutPlan, target: DriverTarget, result: Dict[str, Any]
+        self,
+        cluster: ClusterRead,
+        *,
+        plan: RolloutPlan,
+        target: DriverTarget,
+        effective: Mapping[str, Any],
+        result: Dict[str, Any],
     ) -> Tuple[Dict[str, NodeView], Progress]:
         latest: Dict[str, Any] = {}
+        pacer = self.pacer(cluster, plan=plan, effective=effective)
+        if pacer.limits is not None:
+            result["pacing"] = {
+                "order": list(pacer.order),
+                "limits": asdict(pacer.limits),
+                "failure_domain_label": self.options.failure_domain_label,
+                "released": self.released,
+            }
 
         def observe() -> Progress:
             views, node_objects = self.observe(cluster, nodes=plan.targets)
             latest["views"], latest["nodes"] = views, node_objects
             progress = rollout_progress(views, targets=plan.targets, target_version=target.version)
-            self.pace_for_alerts(views, node_objects, progress=progress)
+            managed = [node for node in node_objects if name_of(node) in cluster.managed]
+            self.pace(
+                views,
+                node_objects,
+                progress=progress,
+                pacer=pacer,
+                pool=pool_from_objects(managed, domain_label=self.options.failure_domain_label),
+            )
             return progress
 
         try:
@@ -849,30 +913,81 @@ class DriverRollout:
             result.update(alerts_held_for=list(self.alerts_hold.held_for), held_by_alerts=[])
         return latest["views"], outcome.value
 
-    # -- the alerts gate: the controller starts the nodes, the skip label keeps it from starting more -----------
-    def pace_for_alerts(
-        self, views: Mapping[str, NodeView], node_objects: Sequence[Mapping[str, Any]], *, progress: Progress
+    # -- pacing: the controller starts the nodes, the skip label keeps it from starting more -----------------
+    def pacer(self, cluster: ClusterRead, *, plan: RolloutPlan, effective: Mapping[str, Any]) -> SkipLabelPacer:
+        """Without failure domains the controller paces by the upgradePolicy's maxParallelUpgrades and
+        maxUnavailable. With them this run releases the held targets in turn within the same two limits (nodes
+        already unavailable count) and at most max_per_domain per domain, in the order of _rollout_schedule."""
+        if not self.paced:
+            return SkipLabelPacer(order=plan.targets)
+        label = self.options.failure_domain_label
+        managed = [node for node in cluster.nodes if name_of(node) in cluster.managed]
+        max_unavailable, max_parallel = policy_limits(effective)
+        budget = capacity_budget(max_unavailable=max_unavailable, pool_nodes=managed)
+        pool = pool_from_objects(managed, domain_label=label)
+        return SkipLabelPacer(
+            order=tuple(rollout_order(list(plan.targets), pool=pool, canaries=[])),
+            limits=ScheduleLimits(
+                max_unavailable=budget.max_unavailable,
+                max_parallel=max_parallel,
+                max_per_domain=self.options.max_per_domain,
+            ),
+        )
+
+    def pace(
+        self,
+        views: Mapping[str, NodeView],
+        node_objects: Sequence[Mapping[str, Any]],
+        *,
+        progress: Progress,
+        pacer: SkipLabelPacer,
+        pool: Mapping[str, PoolNode],
     ) -> None:
-        """While a matching alert fires, the nodes not started get the skip label (the upgrade controller starts
-        none of them); once none fires they lose it. AlertsFiringError after the gate's wait (they stay held)."""
-        gate, hold = self.options.alerts, self.alerts_hold
-        if gate is None:
+        """While a matching alert fires, the targets not started get the skip label (the upgrade controller starts
+        none of them; AlertsFiringError after the gate's wait, they stay held). Otherwise the held targets the
+        pacer lets go now lose it."""
+        where = progress.by_node()
+        firing = self.firing_alerts()
+        if firing:
+            # A node that vanished cannot be held; one under a skip label already is.
+            held = [name for name in where if name not in views or views[name].skipped]
+            self.hold_for_alerts(node_objects, firing=firing, pending=list(pacer.to_hold(where, held=held)))
             return
+        alerts_held = self.alerts_hold.nodes
+        self.alerts_hold.nodes, self.alerts_hold.since = (), None
+        release = pacer.pace(
+            where,
+            held_by_us=[name for name in where if name in views and views[name].hold],
+            released=self.released,
+            held=[name for name in where if name in views and views[name].skipped],
+            pool=pool,
+        ).release
+        writes = [
+            release_write(node, why="alerts stopped firing" if name_of(node) in alerts_held else "its turn")
+            for node in node_objects
+            if name_of(node) in release
+        ]
+        self.execute([write for write in writes if write is not None])
+        self.released.extend(name for name in release if name not in self.released)
+
+    def firing_alerts(self) -> List[str]:
+        """The alerts of the gate firing now ([] without a gate)."""
+        gate = self.options.alerts
+        if gate is None:
+            return []
         try:
-            firing = [alert.describe() for alert in gate.firing()]
+            return [alert.describe() for alert in gate.firing()]
         except UnreadableOutputError as err:
             # Could not check is no pass: hold as if an alert fired, and say why.
-            firing = [f"(Prometheus unreadable: {err.msg})"]
-        now = self.clock.monotonic()
-        if not firing:
-            if hold.nodes:
-                releases = [release_write(node, why="alerts stopped firing") for node in node_objects]
-                self.execute([write for write in releases if write is not None and write.name in hold.nodes])
-            hold.nodes, hold.since = (), None
-            return
-        pending = [name for name in progress.pending if name in views and not views[name].skipped]
-        if not pending and not hold.nodes:
+            return [f"(Prometheus unreadable: {err.msg})"]
+
+    def hold_for_alerts(
+        self, node_objects: Sequence[Mapping[str, Any]], *, firing: List[str], pending: List[str]
+    ) -> None:
+        gate, hold = self.options.alerts, self.alerts_hold
+        if gate is None or (not pending and not hold.nodes):
             return  # every node has started: nothing left to hold
+        now = self.clock.monotonic()
         hold.since = now if hold.since is None else hold.since
         hold.held_for = tuple(sorted({*hold.held_for, *firing}))
         if pending:

@@ -55,9 +55,16 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec 
     desired_nvidia_driver,
     merge_patch_for,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import GPU_DRIVER
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import (
+    GPU_DRIVER,
+    HOLD_CANARY,
+    HOLD_HALT,
+    HOLD_PACED,
+    STATE_FAILED,
+    STATE_REQUIRED,
+)
 
-STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+STATE_LABEL = GPU_DRIVER.state_label
 SKIP_LABEL = GPU_DRIVER.label
 HOLD_ANNOTATION = GPU_DRIVER.annotation
 # On a node while it moves between NVIDIADriver pools: who cordoned it.
@@ -74,9 +81,9 @@ SCOPE_ALL = "all"
 MODE_NVIDIADRIVER = "nvidiadriver"
 MODE_SKIP_LABEL = "skip_label"
 
-HOLD_CANARY = "canary"
-HOLD_HALT = "halt"
 
+# Paced holds go first: every target waits under the skip label before the target changes.
+PHASE_HOLD = "hold"
 PHASE_SCOPE = "scope"
 PHASE_TARGET = "target"
 PHASE_CLEANUP = "cleanup"
@@ -132,6 +139,10 @@ class RolloutRequest:
     canary_driver_name: str = "gpu-canary"
     remove_canary_driver: bool = True
     retry_failed_nodes: bool = False
+    # The runner releases the targets in turn (failure domains): the plan holds them instead of releasing them,
+    # except those already done at the target (``done``).
+    paced: bool = False
+    done: FrozenSet[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -210,11 +221,11 @@ def held_by_others(node: Mapping[str, Any]) -> bool:
     return GPU_DRIVER.held_by_others(node)
 
 
-def hold_write(node: Mapping[str, Any], *, reason: str, why: str) -> Optional[Write]:
+def hold_write(node: Mapping[str, Any], *, reason: str, why: str, phase: str = PHASE_SCOPE) -> Optional[Write]:
     """Skip label plus our annotation, unless the node already carries both."""
-    if GPU_DRIVER.held(node) and GPU_DRIVER.held_by_us(node):
+    if GPU_DRIVER.our_hold(node):
         return None
-    return _node_write(node, GPU_DRIVER.hold_patch(reason), why=why)
+    return _node_write(node, GPU_DRIVER.hold_patch(reason), why=why, phase=phase)
 
 
 def release_write(node: Mapping[str, Any], *, why: str) -> Optional[Write]:
@@ -224,13 +235,13 @@ def release_write(node: Mapping[str, Any], *, why: str) -> Optional[Write]:
     return _node_write(node, GPU_DRIVER.release_patch(node), why=why)
 
 
-def _node_write(node: Mapping[str, Any], desired: Dict[str, Any], *, why: str) -> Write:
+def _node_write(node: Mapping[str, Any], desired: Dict[str, Any], *, why: str, phase: str = PHASE_SCOPE) -> Write:
     return Write(
         op="patch",
         kind="Node",
         name=name_of(node),
         why=why,
-        phase=PHASE_SCOPE,
+        phase=phase,
         desired=desired,
         patch=merge_patch_for(node, desired),
         before=node_label_view(node),
@@ -348,11 +359,16 @@ def _skip_label_writes(
     targets: Set[str],
     others_hold: Tuple[str, ...],
 ) -> List[Write]:
-    """Release our skip label on every target; hold the rest in skip_label canary mode."""
+    """Release our skip label on every target (hold it, when the runner releases the targets in turn); hold the rest
+    in skip_label canary mode."""
     writes: List[Write] = []
     for node in managed_nodes:
         name = name_of(node)
-        if name in targets:
+        if name in targets and request.paced and name not in request.done:
+            write = hold_write(
+                node, reason=HOLD_PACED, why="target of this rollout: waits for its turn", phase=PHASE_HOLD
+            )
+        elif name in targets:
             write = release_write(node, why="target of this rollout: release the hold this collection set")
         elif request.scope == SCOPE_CANARY and request.canary_mode == MODE_SKIP_LABEL and name not in others_hold:
             write = hold_write(node, reason=HOLD_CANARY, why="not a canary node: hold it until promotion")
@@ -436,8 +452,8 @@ def _retry_failed_writes(targets: Sequence[str], *, by_name: Mapping[str, Dict[s
     writes: List[Write] = []
     for name in targets:
         node = by_name[name]
-        if labels_of(node).get(STATE_LABEL) == "upgrade-failed":
-            desired = {"metadata": {"labels": {STATE_LABEL: "upgrade-required"}}}
+        if labels_of(node).get(STATE_LABEL) == STATE_FAILED:
+            desired = {"metadata": {"labels": {STATE_LABEL: STATE_REQUIRED}}}
             writes.append(
                 Write(
                     op="patch",

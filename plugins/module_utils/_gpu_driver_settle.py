@@ -37,14 +37,13 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     node_label_view,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import driver_version_of_image
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import DRIVER_CONTAINER, STATE_DONE
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import GPU_DRIVER
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_watch import DRIVER_CONTAINER
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import GPU_DRIVER, STATE_DONE, STATE_REQUIRED
 
 REVISION_HASH_LABEL = "controller-revision-hash"
 INITIAL_STATE_ANNOTATION = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 REQUESTED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-requested"
 SAFE_LOAD_ANNOTATION = "nvidia.com/gpu-driver-upgrade.driver-wait-for-safe-load"
-STATE_REQUIRED = "upgrade-required"
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
@@ -118,7 +117,7 @@ def needless_cycle_writes(
     writes: List[Write] = []
     for node in nodes:
         name, labels, annotations = name_of(node), labels_of(node), annotations_of(node)
-        held = GPU_DRIVER.held(node) and GPU_DRIVER.held_by_us(node)
+        held = GPU_DRIVER.our_hold(node)
         if name not in wanted or not held or labels.get(STATE_LABEL) != STATE_REQUIRED:
             continue
         if (node.get("spec") or {}).get("unschedulable") or INITIAL_STATE_ANNOTATION in annotations:

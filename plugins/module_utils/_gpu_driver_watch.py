@@ -33,6 +33,17 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import driver_version_of_image
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import node_ready_status
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import (
+    PROGRESS_DONE,
+    PROGRESS_FAILED,
+    PROGRESS_IN_PROGRESS,
+    PROGRESS_PENDING,
+    STATE_DONE,
+    STATE_FAILED,
+    hold_not_started,
+    progress_of,
+    state_rank,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, parse_time
 
 DRIVER_COMPONENT_SELECTOR = "app.kubernetes.io/component=nvidia-driver"
@@ -42,34 +53,7 @@ UPGRADE_EVENT_REASON = "GPUDriverUpgrade"
 # k8s-operator-libs isDriverPodFailing: a container not Ready that restarted more than this many times.
 DRIVER_RESTART_LIMIT = 10
 
-STATE_DONE = "upgrade-done"
-STATE_FAILED = "upgrade-failed"
-NOT_STARTED_STATES = ("", "upgrade-required")
-# The in-place state machine in order (k8s-operator-libs consts.go); the rank orders a timeline.
-STATE_ORDER = (
-    "",
-    "upgrade-required",
-    "cordon-required",
-    "wait-for-jobs-required",
-    "pod-deletion-required",
-    "drain-required",
-    "pod-restart-required",
-    "validation-required",
-    "uncordon-required",
-    "upgrade-done",
-    "upgrade-failed",
-)
-
-PROGRESS_DONE = "done"
-PROGRESS_FAILED = "failed"
-PROGRESS_IN_PROGRESS = "in-progress"
-PROGRESS_PENDING = "pending"
-
 _STATE_MESSAGE = re.compile(r"node state label to \[?([a-z-]*)\]?\s*$")
-
-
-def state_rank(state: str) -> int:
-    return STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER)
 
 
 # -- views of nodes and driver pods ----------------------------------------------------------------
@@ -203,14 +187,12 @@ def node_views(nodes: Iterable[Mapping[str, Any]], driver_pods: Iterable[Mapping
 def node_progress(view: NodeView, *, target_version: str) -> str:
     """done, failed, in-progress or pending (not started) for a node that should run ``target_version``."""
     pod = view.pod
-    at_target = pod is not None and not pod.terminating and pod.version == target_version
-    if view.state == STATE_FAILED or (at_target and pod is not None and pod.failing):
-        return PROGRESS_FAILED
-    if view.state == STATE_DONE:
-        return PROGRESS_DONE if at_target and pod is not None and pod.ready else PROGRESS_PENDING
-    if view.state in NOT_STARTED_STATES:
-        return PROGRESS_PENDING
-    return PROGRESS_IN_PROGRESS
+    runs_target = pod is not None and not pod.terminating and pod.version == target_version
+    return progress_of(
+        view.state,
+        at_target=runs_target and pod is not None and pod.ready,
+        failing=runs_target and pod is not None and pod.failing,
+    )
 
 
 @dataclass(frozen=True)
@@ -224,6 +206,16 @@ class Progress:
     @property
     def complete(self) -> bool:
         return not (self.failed or self.in_progress or self.pending)
+
+    def by_node(self) -> Dict[str, str]:
+        """Each target's progress (PROGRESS_*)."""
+        buckets = (
+            (PROGRESS_DONE, self.done),
+            (PROGRESS_FAILED, self.failed),
+            (PROGRESS_IN_PROGRESS, self.in_progress),
+            (PROGRESS_PENDING, self.pending),
+        )
+        return {name: where for where, names in buckets for name in names}
 
     def as_dict(self) -> Dict[str, Any]:
         counts: Dict[str, int] = {}
@@ -279,17 +271,13 @@ def halt_decision(
     views: Mapping[str, NodeView], *, managed: Iterable[str], failed: Sequence[str], target_version: str
 ) -> HaltDecision:
     """Which nodes to hold so the controller starts no other node; the failed ones stay as they are."""
-    hold: List[str] = []
-    running: List[str] = []
-    for name in sorted(managed):
-        view = views.get(name)
-        if view is None or name in failed:
-            continue
-        progress = node_progress(view, target_version=target_version)
-        if progress == PROGRESS_PENDING and not view.skipped:
-            hold.append(name)
-        elif progress == PROGRESS_IN_PROGRESS:
-            running.append(name)
+    progress = {
+        name: node_progress(views[name], target_version=target_version)
+        for name in sorted(managed)
+        if name in views and name not in failed
+    }
+    hold = hold_not_started(progress, held=[name for name in progress if views[name].skipped])
+    running = [name for name, where in progress.items() if where == PROGRESS_IN_PROGRESS]
     return HaltDecision(failed=tuple(sorted(failed)), hold=tuple(hold), in_progress=tuple(running))
 
 

@@ -30,17 +30,20 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import In
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_spec import apply_merge_patch
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_nodes import label_selector_matches
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import node_name
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import OFED_DRIVER
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import (
+    OFED_DRIVER,
+    PROGRESS_DONE,
+    PROGRESS_FAILED,
+    progress_of,
+)
 
 DEFAULT_NAMESPACE = "nvidia-network-operator"
 # Every MOFED pod the Network Operator renders carries this label (its driver pod selector).
 MOFED_POD_SELECTOR = "nvidia.com/ofed-driver"
 MOFED_CONTAINER = "mofed-container"
 # k8s-operator-libs keys with %s = "ofed" (consts.go).
-STATE_LABEL = "nvidia.com/ofed-driver-upgrade-state"
+STATE_LABEL = OFED_DRIVER.state_label
 SKIP_LABEL = OFED_DRIVER.label
-STATE_DONE = "upgrade-done"
-STATE_FAILED = "upgrade-failed"
 # Marks a skip label this collection set, so it only ever removes its own (_skip_label).
 HOLD_ANNOTATION = OFED_DRIVER.annotation
 # isDriverPodFailing: restartCount > 10 with a container not Ready.
@@ -334,19 +337,22 @@ class AutoNode:
     at_target: bool
 
     @property
+    def progress(self) -> str:
+        return progress_of(self.state, at_target=self.at_target)
+
+    @property
     def done(self) -> bool:
-        return self.state == STATE_DONE and self.at_target
+        return self.progress == PROGRESS_DONE
 
     @property
     def failed(self) -> bool:
-        return self.state == STATE_FAILED
+        return self.progress == PROGRESS_FAILED
 
 
 def auto_node(node: Mapping[str, Any], pod: Optional[MofedPod], *, version: str) -> AutoNode:
-    labels = (node.get("metadata") or {}).get("labels") or {}
     return AutoNode(
         name=node_name(node),
-        state=str(labels.get(STATE_LABEL, "")),
+        state=OFED_DRIVER.state(node),
         held=OFED_DRIVER.held(node),
         held_by_us=OFED_DRIVER.held_by_us(node),
         at_target=pod is not None and pod.ready and not pod.terminating and pod.runs(version),

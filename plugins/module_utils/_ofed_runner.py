@@ -97,19 +97,21 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule
     PoolNode,
     ScheduleLimits,
     natural_key,
-    next_nodes_to_start,
     pool_from_objects,
     rollout_order,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import OFED_DRIVER
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._skip_label import (
+    HOLD_HALT,
+    OFED_DRIVER,
+    SkipLabelPacer,
+    hold_not_started,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import iso, utc_now
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._wait import wait_until
 
 _POLICY_CONFLICT_RETRIES = 5
 # The one step that changes a node: the steps before it (cordon, wait-for-jobs, evict-pods) only prepare it.
 RELOAD_STEP = "reload-mofed"
-# States in which the upgrade controller is not working on a node.
-IDLE_STATES = ("", "upgrade-required", "upgrade-done")
 
 
 @dataclass(frozen=True)
@@ -491,14 +493,16 @@ class _AutoSchedule:
     """The pacing of an ``auto_upgrade`` run as its first read implies it (pure data, computed once)."""
 
     budget: CapacityBudget
-    limits: ScheduleLimits
+    pacer: SkipLabelPacer
     # Every node of the pool as the first read saw it.
     observed: Dict[str, AutoNode]
     # Targets under a skip label someone else set: left out of the order, never released.
     held_by_others: List[str]
-    order: List[str]
-    canaries: Tuple[str, ...]
     pool: Dict[str, PoolNode]
+
+    @property
+    def order(self) -> Tuple[str, ...]:
+        return self.pacer.order
 
 
 def _auto_schedule(options: OfedRolloutOptions, view: ClusterView) -> _AutoSchedule:
@@ -519,39 +523,38 @@ def _auto_schedule(options: OfedRolloutOptions, view: ClusterView) -> _AutoSched
     )
     targets = [name for name in view.selection.targets if name not in held_by_others]
     pool = pool_from_objects(pool_objects, domain_label=options.failure_domain_label)
-    order = rollout_order(targets, pool=pool, canaries=[n for n in view.selection.canaries if n in targets])
     canaries = tuple(n for n in view.selection.canaries if n in targets)
+    order = rollout_order(targets, pool=pool, canaries=list(canaries))
     return _AutoSchedule(
         budget=budget,
-        limits=limits,
+        pacer=SkipLabelPacer(order=tuple(order), limits=limits, canaries=canaries),
         observed=observed,
         held_by_others=held_by_others,
-        order=order,
-        canaries=canaries,
         pool=pool,
     )
 
 
+def _progress(nodes: Mapping[str, AutoNode], names: Sequence[str]) -> Dict[str, str]:
+    return {name: nodes[name].progress for name in names if name in nodes}
+
+
+def _held(nodes: Mapping[str, AutoNode], names: Sequence[str]) -> List[str]:
+    return [name for name in names if name in nodes and nodes[name].held]
+
+
 def _nodes_to_hold(pool: Sequence[str], schedule: _AutoSchedule, *, start_now: Sequence[str]) -> List[str]:
-    """Every node of the pool that is not at the target and not released now waits under the skip label.
+    """Every node of the pool that has not started and is not released now waits under the skip label.
 
     A node the controller already works on is left alone: a skip label would not stop it, only hide it.
     """
     observed = schedule.observed
-    return [
-        name
-        for name in pool
-        if name not in start_now
-        and name not in schedule.held_by_others
-        and not observed[name].done
-        and not observed[name].held
-        and observed[name].state in IDLE_STATES
-    ]
+    return list(hold_not_started(_progress(observed, pool), held=[*_held(observed, pool), *start_now]))
 
 
 @dataclass
 class _AutoPacer:
-    """Releases the nodes of an ``auto_upgrade`` run as the budget allows, and records what it saw.
+    """Releases the nodes of an ``auto_upgrade`` run as the budget allows, and records what it saw (the I/O around
+    ``SkipLabelPacer``, which decides).
 
     One object because deciding, releasing and observing share what this run released: a node it
     released counts as running even while its state label still says upgrade-required.
@@ -570,27 +573,14 @@ class _AutoPacer:
     ) -> Tuple[List[str], Dict[str, str]]:
         """The nodes to release now, and why the others wait."""
         order = self.schedule.order
-        finished = [name for name in order if nodes[name].done]
-        failed = [name for name in order if nodes[name].failed]
-        # Running: the controller is working on it (a state past upgrade-required: the skip label no longer
-        # stops it there, so a label put on by someone else changes nothing), or this run released it.
-        running = [
-            name
-            for name in order
-            if name not in finished
-            and name not in failed
-            and ((name in self.released_now and not nodes[name].held) or nodes[name].state not in IDLE_STATES)
-        ]
-        decision = next_nodes_to_start(
-            order=order,
+        pace = self.schedule.pacer.pace(
+            _progress(nodes, order),
+            held_by_us=[name for name in order if name in nodes and nodes[name].held_by_us],
+            released=self.released_now,
+            held=_held(nodes, order),
             pool=current_pool,
-            limits=self.schedule.limits,
-            running=running,
-            finished=finished,
-            failed=failed,
-            canaries=self.schedule.canaries,
         )
-        return list(decision.start), dict(decision.waiting)
+        return list(pace.release), pace.waiting
 
     def release(self, names: Sequence[str]) -> None:
         for name in names:
@@ -620,15 +610,19 @@ class _AutoPacer:
         return current
 
     def _halt_at_failed(self, current: Mapping[str, AutoNode], pods: Mapping[str, MofedPod]) -> None:
+        """At the first failed target, hold every target not started (also one released a moment ago) and halt."""
         failed = [name for name in self.schedule.order if name in current and current[name].failed]
-        if failed:
-            pod = pods.get(failed[0])
-            reason = (pod_failure(pod, restart_limit=0) if pod is not None else "") or last_warning(self.api, failed[0])
-            raise RolloutHaltedError(
-                f"Node {failed[0]} is upgrade-failed ({reason}). The nodes not yet released stay held "
-                f"with {SKIP_LABEL}=true",
-                node=failed[0],
-            )
+        if not failed:
+            return
+        order = self.schedule.order
+        for name in self.schedule.pacer.to_hold(_progress(current, order), held=_held(current, order)):
+            self.api.patch(NODES, name, OFED_DRIVER.hold_patch(HOLD_HALT), patch_type="merge")
+        pod = pods.get(failed[0])
+        reason = (pod_failure(pod, restart_limit=0) if pod is not None else "") or last_warning(self.api, failed[0])
+        raise RolloutHaltedError(
+            f"Node {failed[0]} is upgrade-failed ({reason}). The nodes not yet started are held with {SKIP_LABEL}=true",
+            node=failed[0],
+        )
 
     def all_done(self, nodes: Mapping[str, AutoNode]) -> bool:
         return all(nodes[name].done for name in self.schedule.order if name in nodes)
@@ -660,7 +654,7 @@ def run_auto_upgrade(
     plan = {
         "mode": MODE_AUTO_UPGRADE,
         "order": order,
-        "canaries": list(schedule.canaries),
+        "canaries": list(schedule.pacer.canaries),
         "budget": schedule.budget.as_dict(),
         "max_parallel": options.max_parallel,
         "starts_now": start_now,

@@ -45,11 +45,18 @@ description:
     the canary nodes are rolled and O(canary_mode) is not used. Progress is kept in C(gpufleet.io/rollout-gpu-driver-*)
     annotations on the Nodes, so a re-run resumes; the first failed node halts the rollout, stays cordoned, and the
     task names it with the command that clears it. C(autoUpgrade) is never written unless O(upgrade_policy) names it."
+  - The upgrade controller knows no failure domains. With O(failure_domain_label) and O(scope=all), every target
+    gets the skip label before the target changes, and the module releases the targets in turn, domain by domain,
+    within the effective C(maxUnavailable) (cordoned and NotReady nodes count) and C(maxParallelUpgrades), at most
+    O(max_per_domain) per domain, as the C(auto_upgrade) mode of M(gpufleet.upgrade.ofed_rolling_reload) does (one
+    pacer). This needs O(wait). The nodes of a canary are released together. Without the controller the rollout
+    engine keeps the same limits.
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.alerts
+  - gpufleet.upgrade.failure_domains
   - gpufleet.upgrade.node_maintenance
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
@@ -295,6 +302,12 @@ halt:
   description: Failed nodes, nodes held by the halt, and nodes that were under way.
   returned: when halted
   type: dict
+pacing:
+  description:
+    - The targets in the order this run releases them, its limits (C(max_unavailable), C(max_parallel),
+      C(max_per_domain)), the failure-domain label and the nodes released so far.
+  returned: with O(failure_domain_label), O(scope=all) and the upgrade controller, once the run watches the rollout
+  type: dict
 capacity:
   description: Allocatable C(nvidia.com/gpu) over all GPU nodes and the unavailable nodes, sampled on change.
   returned: always
@@ -375,10 +388,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance
     maintenance_choice_from_params,
     node_maintenance_suboptions,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import failure_domain_argument_spec
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
+    spec.update(failure_domain_argument_spec())
     spec.update(
         driver={
             "type": "dict",
@@ -429,6 +444,8 @@ def rollout_options(module):
         gitops_synced=params["gitops_synced"],
         alerts=alerts_gate_from_params(params["alerts"]),
         node_maintenance=maintenance_choice_from_params(params["node_maintenance"]),
+        failure_domain_label=params["failure_domain_label"],
+        max_per_domain=params["max_per_domain"],
     )
 
 

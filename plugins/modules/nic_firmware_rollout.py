@@ -32,6 +32,7 @@ author:
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.alerts
+  - gpufleet.upgrade.failure_domains
   - gpufleet.upgrade.node_maintenance
   - gpufleet.upgrade.redfish
   - gpufleet.upgrade.firmware_components
@@ -136,10 +137,6 @@ options:
     description: Nodes flashed at once (0 = as many as the budget allows).
     type: int
     default: 1
-  failure_domain_label:
-    description: Node label of failure domains (for example C(gpufleet.io/rack)); one node per domain at a time.
-    type: str
-    default: ""
   budget_wait_timeout:
     description: Seconds to wait for the budget when nothing may start (0 = halt at once).
     type: int
@@ -314,10 +311,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance
     maintenance_choice_from_params,
     node_maintenance_suboptions,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import failure_domain_argument_spec
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
+    spec.update(failure_domain_argument_spec())
     spec.update(firmware_components_argument_spec())
     spec.update(redfish_argument_spec())
     spec.update(wait_argument_spec(options=("wait_sleep",)))
@@ -351,7 +350,6 @@ def argument_spec():
         rollout_name={"type": "str", "default": "nic-firmware"},
         max_unavailable={"type": "raw", "default": 1},
         max_parallel={"type": "int", "default": 1},
-        failure_domain_label={"type": "str", "default": ""},
         budget_wait_timeout={"type": "int", "default": 0},
         drain_timeout={"type": "int", "default": 900},
         job_timeout={"type": "int", "default": 1800},
@@ -412,6 +410,7 @@ def rollout_options(module):
         max_unavailable=max_unavailable(params["max_unavailable"]),
         max_parallel=params["max_parallel"],
         failure_domain_label=params["failure_domain_label"],
+        max_per_domain=params["max_per_domain"],
         budget_wait_timeout=params["budget_wait_timeout"],
         drain_timeout=params["drain_timeout"],
         node_ready_timeout=params["node_ready_timeout"],

@@ -40,6 +40,7 @@ author:
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.alerts
+  - gpufleet.upgrade.failure_domains
   - gpufleet.upgrade.node_maintenance
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
@@ -93,13 +94,6 @@ options:
     default: 1
   max_parallel:
     description: Nodes worked on at once (0 = as many as the budget allows).
-    type: int
-    default: 1
-  failure_domain_label:
-    description: Node label naming a failure domain (rack, rail); at most O(max_per_domain) unavailable per value.
-    type: str
-  max_per_domain:
-    description: Unavailable nodes allowed per failure domain.
     type: int
     default: 1
   job_selector:
@@ -393,10 +387,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_safety impo
     STORAGE_MODULES_SELECTOR,
     SafetyOptions,
 )
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import failure_domain_argument_spec
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
+    spec.update(failure_domain_argument_spec())
     spec.update(
         target_version={"type": "str", "required": True},
         mode={"type": "str", "choices": ["rolling", "auto_upgrade"], "default": "rolling"},
@@ -408,8 +404,6 @@ def argument_spec():
         canary_selector={"type": "str"},
         max_unavailable={"type": "raw", "default": 1},
         max_parallel={"type": "int", "default": 1},
-        failure_domain_label={"type": "str"},
-        max_per_domain={"type": "int", "default": 1},
         job_selector={"type": "str"},
         job_timeout={"type": "int", "default": 300},
         evict={
@@ -456,7 +450,7 @@ def rollout_options(module):
         canary_selector=params["canary_selector"] or "",
         max_unavailable=max_unavailable if isinstance(max_unavailable, int) else str(max_unavailable),
         max_parallel=params["max_parallel"],
-        failure_domain_label=params["failure_domain_label"] or "",
+        failure_domain_label=params["failure_domain_label"],
         max_per_domain=params["max_per_domain"],
         job_selector=params["job_selector"] or "",
         job_timeout=params["job_timeout"],

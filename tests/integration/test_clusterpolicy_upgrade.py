@@ -29,6 +29,8 @@ MODULE_PLAYBOOK = "tests/integration/playbooks/gpu_clusterpolicy_upgrade.yml"
 ROLE_PLAYBOOK = "tests/integration/playbooks/gpu_operator_role.yml"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
+HOLD = "gpufleet.io/gpu-driver-upgrade-hold"
+RACK = "gpufleet.io/rack"
 NEW = "570.124.06"
 UNBUILDABLE = "575.57.08"
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
@@ -211,6 +213,59 @@ def test_check_real_check_real(twin_factory, tmp_path):
     assert run.returncode == 0, run.output
     assert result["changed"] is False and result["patches"] == []
     assert write_requests(twin) == {}
+
+
+def test_failure_domains_pace_the_controller_one_node_per_rack(twin_factory, tmp_path):
+    """The upgrade controller knows no racks: with maxUnavailable 3 it would take three nodes at once, two of one
+    rack. With failure_domain_label the module holds every node and releases them one per rack."""
+    twin = twin_factory()
+    settled = settled_policy(twin)
+    old = settled["spec"]["driver"]["version"]
+    names = sorted(gpu_nodes(twin))
+    racks = {name: f"rack-{'ab'[index // 3]}" for index, name in enumerate(names)}
+    for name, rack in racks.items():
+        kubectl(twin, "label", "node", name, f"{RACK}={rack}", "--overwrite")
+    args = {
+        "driver": {"version": NEW},
+        "upgrade_policy": {"maxUnavailable": 3, "maxParallelUpgrades": 0},
+        "failure_domain_label": RACK,
+        "max_per_domain": 1,
+    }
+    twin.admin("POST", "report/reset")
+
+    run, result = run_module(twin, tmp_path, args, check=True)
+    assert run.returncode == 0, run.output
+    holds = [w for w in result["plan"]["writes"] if w["phase"] == "hold"]
+    assert sorted(w["name"] for w in holds) == names and all(
+        w["body"]["metadata"]["labels"][SKIP] == "true" for w in holds
+    )
+    assert write_requests(twin) == {}
+
+    run, result = run_module(twin, tmp_path, args)
+    assert run.returncode == 0, run.output
+    assert set(driver_versions(twin).values()) == {NEW} and old != NEW
+    assert sorted(result["pacing"]["released"]) == names
+    assert result["pacing"]["limits"] == {"max_unavailable": 3, "max_parallel": 0, "max_per_domain": 1}
+    nodes = gpu_nodes(twin)
+    assert not any(
+        SKIP in n["metadata"]["labels"] or HOLD in n["metadata"].get("annotations", {}) for n in nodes.values()
+    )
+    report = twin.report()
+    for rack in ("rack-a", "rack-b"):  # never two nodes of one rack away at once
+        rack_only = {"nodes": {"unavailable_intervals": {
+            name: spans for name, spans in report["nodes"]["unavailable_intervals"].items() if racks.get(name) == rack
+        }}}  # fmt: skip
+        assert max_unavailable_at_once(rack_only) == 1, rack
+    assert max_unavailable_at_once(report) == 2  # both racks at once: the pace is not one node at a time
+
+    # Every node done: a re-run holds none of them and writes nothing.
+    twin.admin("POST", "report/reset")
+    run, result = run_module(twin, tmp_path, args)
+    assert run.returncode == 0 and result["changed"] is False, run.output
+    assert write_requests(twin) == {}
+
+    run, result = run_module(twin, tmp_path, {**args, "wait": False})
+    assert run.returncode != 0 and "failure_domain_label 'gpufleet.io/rack' needs wait" in result["msg"], run.output
 
 
 def test_patch_is_accepted_by_the_upstream_crd_with_nothing_pruned(twin_factory, tmp_path):

@@ -13,6 +13,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._gpu_driver_scope
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PHASE_CLEANUP,
+    PHASE_HOLD,
     PHASE_SCOPE,
     PHASE_TARGET,
     SKIP_LABEL,
@@ -147,6 +148,24 @@ def test_promotion_releases_only_the_holds_this_collection_set():
     assert releases["gpu-worker-002"] == {
         "metadata": {"annotations": {HOLD_ANNOTATION: None}, "labels": {SKIP_LABEL: None}}
     }
+
+
+def test_a_paced_promotion_holds_every_target_before_the_target_changes_and_keeps_our_holds():
+    nodes = [
+        node("gpu-worker-001", labels=CANARY),
+        node("gpu-worker-002", labels={SKIP_LABEL: "true"}, annotations={HOLD_ANNOTATION: "canary"}),
+        node("gpu-worker-003", labels={SKIP_LABEL: "true"}),  # somebody else's hold: no target, untouched
+    ]
+    plan = plan_rollout(view(nodes), request(scope="all", mode=None, paced=True))
+    assert plan.targets == ("gpu-worker-001", "gpu-worker-002")
+    # The canary's hold stays (the run releases it in turn); only the unheld target gets one, first of all writes.
+    (hold,) = writes_of(plan, kind="Node")
+    assert (hold.name, hold.phase) == ("gpu-worker-001", PHASE_HOLD)
+    assert hold.patch == {"metadata": {"labels": {SKIP_LABEL: "true"}, "annotations": {HOLD_ANNOTATION: "paced"}}}
+    assert [w.kind for w in writes_of(plan, phase=PHASE_TARGET)] == ["ClusterPolicy"]
+    # A target already done at the target waits for nothing: no hold.
+    plan = plan_rollout(view(nodes), request(scope="all", mode=None, paced=True, done=frozenset({"gpu-worker-001"})))
+    assert writes_of(plan, kind="Node") == []
 
 
 def test_no_canary_node_is_refused():
