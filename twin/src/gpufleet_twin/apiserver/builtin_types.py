@@ -11,13 +11,13 @@ column definitions), ``builtin_cells`` for the computed cells, and
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ..machinery.clock import parse_rfc3339
 from ..machinery.registry import PrinterColumn, ResourceType
 
 Obj = dict[str, Any]
@@ -472,11 +472,11 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
 
 
 def parse_time(value: str | None) -> float | None:
-    """Epoch seconds of an RFC 3339 timestamp (with or without fractional seconds); None if absent."""
+    """Epoch seconds of an RFC 3339 timestamp (with or without fractional seconds); None if absent or unreadable."""
     if not value:
         return None
     try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(value)
     except ValueError:
         return None
 

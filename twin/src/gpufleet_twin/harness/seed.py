@@ -44,8 +44,9 @@ from ..apiserver.cluster import Twin
 from ..kube import nodelabels
 from ..kube.kubelet import RUN_FOR_ANNOTATION
 from ..kube.namespaces import namespace_object
-from ..kube.podutil import MULTUS_NETWORKS_ANNOTATION, UNSCHEDULABLE_TAINT, parse_time
+from ..kube.podutil import MULTUS_NETWORKS_ANNOTATION, UNSCHEDULABLE_TAINT
 from ..kube.state import IbPort, NodeHealth, SimState
+from ..machinery.clock import parse_rfc3339
 from ..machinery.kinds import Kinds
 
 Obj = dict[str, Any]
@@ -404,7 +405,7 @@ def _uuid(*parts: str) -> str:
 
 
 def _epoch(iso: str) -> float:
-    return parse_time(iso)
+    return parse_rfc3339(iso)
 
 
 # -- workloads -----------------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..machinery import errors
+from ..machinery.clock import rfc3339
 from . import podutil
 from .nodelabels import GpuModel, cuda_version_for, gpu_model
 from .state import NodeHealth, SimState
@@ -115,7 +116,7 @@ class PodLogReader:
     def _default_log(self, pod: Obj, container: str, node: NodeHealth | None) -> str:
         statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or ()}
         status = statuses.get(container) or {}
-        started = ((status.get("state") or {}).get("running") or {}).get("startedAt") or _iso(self._moment())
+        started = ((status.get("state") or {}).get("running") or {}).get("startedAt") or rfc3339(self._moment())
         lines = [f'time="{started}" level=info msg="Starting {container}" node="{(node.name if node else "")}"']
         last = (status.get("lastState") or {}).get("terminated") or {}
         if last.get("message"):
@@ -152,10 +153,6 @@ def _visible_gpus(pod: Obj, node: NodeHealth) -> list[int]:
     wanted = podutil.gpu_request(pod)
     count = node.gpu_count if wanted <= 0 else min(wanted, node.gpu_count)
     return list(range(count))
-
-
-def _iso(moment: float) -> str:
-    return dt.datetime.fromtimestamp(moment, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- per-GPU facts ------------------------------------------------------------------------------------------

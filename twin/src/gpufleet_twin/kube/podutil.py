@@ -7,10 +7,11 @@ Semantics follow the upstream helpers they are named after (component-helpers
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from ..machinery.clock import parse_rfc3339
 
 Obj = dict[str, Any]
 PodKey = tuple[str, str]
@@ -71,14 +72,14 @@ def is_pod_ready(pod: Obj) -> bool:
     return cond is not None and cond.get("status") == "True"
 
 
-def is_pod_available(pod: Obj, *, min_ready_seconds: float, now: float, parse_time: Callable[[str], float]) -> bool:
+def is_pod_available(pod: Obj, *, min_ready_seconds: float, now: float) -> bool:
     """Ready for at least ``minReadySeconds`` (upstream ``IsPodAvailable``)."""
     if is_terminating(pod) or not is_pod_ready(pod):
         return False
     if min_ready_seconds <= 0:
         return True
     since = (condition(pod, "Ready") or {}).get("lastTransitionTime")
-    return since is not None and parse_time(since) + min_ready_seconds <= now
+    return since is not None and parse_rfc3339(since) + min_ready_seconds <= now
 
 
 def is_node_ready(node: Obj) -> bool:
@@ -248,9 +249,3 @@ def scaled_value(value: int | str | None, total: int, *, round_up: bool, default
         scaled = percent * total / 100.0
         return math.ceil(scaled) if round_up else math.floor(scaled)
     return int(text)
-
-
-def parse_time(stamp: str) -> float:
-    """An RFC 3339 timestamp (as the API writes them) in seconds since the epoch."""
-    text = stamp.replace("Z", "+00:00")
-    return _dt.datetime.fromisoformat(text).timestamp()

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..machinery import errors
-from ..machinery.clock import SimClock
+from ..machinery.clock import SimClock, parse_rfc3339
 from ..machinery.kinds import Kinds
 from ..machinery.registry import ResourceType
 from ..machinery.store import Store, WatchEvent
@@ -262,7 +262,7 @@ class _Controller:
         return float((obj.get("spec") or {}).get("minReadySeconds") or 0)
 
     def _available(self, pod: Obj, min_ready: float, now: float) -> bool:
-        return podutil.is_pod_available(pod, min_ready_seconds=min_ready, now=now, parse_time=podutil.parse_time)
+        return podutil.is_pod_available(pod, min_ready_seconds=min_ready, now=now)
 
 
 # -- DaemonSet ------------------------------------------------------------------------------------------
@@ -1068,7 +1068,7 @@ class JobController(_Controller):
         if _finished(job):
             ttl = spec.get("ttlSecondsAfterFinished")
             if ttl is not None:
-                done_at = podutil.parse_time(status.get("completionTime") or _finish_time(job) or stamp)
+                done_at = parse_rfc3339(status.get("completionTime") or _finish_time(job) or stamp)
                 if now >= done_at + float(ttl):
                     # The TTL-after-finished controller deletes in the foreground (pkg/controller/ttlafterfinished).
                     return 1 if self._delete(self._kinds.job, job, propagation_policy="Foreground") else 0
@@ -1099,7 +1099,7 @@ class JobController(_Controller):
         deadline = spec.get("activeDeadlineSeconds")
         if failed + restarts > backoff_limit:
             outcome = ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-        elif deadline is not None and now >= podutil.parse_time(status["startTime"]) + float(deadline):
+        elif deadline is not None and now >= parse_rfc3339(status["startTime"]) + float(deadline):
             outcome = ("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
         elif (completions is not None and succeeded >= int(completions)) or (
             completions is None and succeeded > 0 and not active
@@ -1138,7 +1138,7 @@ class JobController(_Controller):
                     for _ in range(missing):
                         writes += self._create_job_pod(job)
             if deadline is not None:
-                self._due.schedule_earliest(key, podutil.parse_time(status["startTime"]) + float(deadline))
+                self._due.schedule_earliest(key, parse_rfc3339(status["startTime"]) + float(deadline))
         status["active"] = len(active)
         status["succeeded"] = succeeded
         status["failed"] = failed
@@ -1155,7 +1155,7 @@ class JobController(_Controller):
         if not failures or not failed_pods:
             return None
         finished = [
-            podutil.parse_time(t)
+            parse_rfc3339(t)
             for p in failed_pods
             for cs in (p.get("status") or {}).get("containerStatuses") or ()
             if (t := (cs.get("state") or {}).get("terminated", {}).get("finishedAt"))

@@ -31,6 +31,16 @@ from typing import Any
 DEFAULT_MAX_STEP = 2.0
 
 
+def rfc3339(moment: float) -> str:
+    """RFC 3339 timestamp (second precision, UTC) as Kubernetes writes them."""
+    return dt.datetime.fromtimestamp(moment, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(stamp: str) -> float:
+    """Epoch seconds of an RFC 3339 timestamp as the API writes them (fractional seconds or not)."""
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 class SimClock:
     def __init__(
         self, time_scale: float = 1.0, start: float | None = None, *, max_step: float = DEFAULT_MAX_STEP
@@ -62,8 +72,7 @@ class SimClock:
 
     def iso(self, at: float | None = None) -> str:
         """RFC 3339 timestamp (second precision, UTC) as Kubernetes writes them."""
-        moment = self.now() if at is None else at
-        return dt.datetime.fromtimestamp(moment, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return rfc3339(self.now() if at is None else at)
 
     def advance(self, seconds: float) -> None:
         """Jump simulated time forward and wake the sleepers that are now due."""

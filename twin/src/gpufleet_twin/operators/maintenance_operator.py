@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 from ..apiserver.server import install_crds, load_crd_manifests
 from ..kube import podutil
 from ..machinery import errors
+from ..machinery.clock import parse_rfc3339
 from ..machinery.kinds import Kinds
 from ..machinery.registry import ResourceType
 from ..machinery.selectors import parse_label_selector
@@ -341,7 +342,7 @@ class MaintenanceOperator:
             started_text = self.clock.iso()
             nm = self._mutate(nm, lambda o: _annotate(o, WAIT_START_ANNOTATION, started_text))
         timeout = int(wait.get("timeoutSeconds") or 0)
-        if timeout > 0 and self.clock.now() > podutil.parse_time(started_text) + timeout:
+        if timeout > 0 and self.clock.now() > parse_rfc3339(started_text) + timeout:
             return False  # ErrPodCompletionTimeout: go on to draining
         selector = parse_label_selector(wait.get("podSelector") or "")
         waiting = [
@@ -449,7 +450,7 @@ class MaintenanceOperator:
             ready_at = annotations.get(READY_TIME_ANNOTATION)
             if annotations.get(GC_IGNORE_ANNOTATION) == "true" or not ready_at or meta.get("deletionTimestamp"):
                 continue
-            if self.clock.now() > podutil.parse_time(ready_at) + int(limit or 0):
+            if self.clock.now() > parse_rfc3339(ready_at) + int(limit or 0):
                 try:
                     self.store.delete(self.nm_type, meta["namespace"], meta["name"])
                 except errors.ApiError as problem:

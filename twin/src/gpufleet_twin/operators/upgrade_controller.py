@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kube import podutil
 from ..kube.events import EventRecorder
 from ..kube.index import ClusterIndex
+from ..machinery.clock import parse_rfc3339
 from ..machinery.kinds import Kinds
 from ..machinery.selectors import label_selector_from_map
 from ..machinery.store import Store
@@ -191,7 +191,7 @@ class DriverUpgradeController:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if not node_name:
                 stamp = pod["metadata"].get("creationTimestamp")
-                if stamp and now - podutil.parse_time(stamp) < um.UNBOUND_GRACE_SECONDS:
+                if stamp and now - parse_rfc3339(stamp) < um.UNBOUND_GRACE_SECONDS:
                     unbound.append(pod["metadata"]["name"])
                 continue  # "Driver Pod has no NodeName, skipping"
             node = self.index.nodes.get(node_name) or self.store.try_get(self.kinds.node, None, node_name)
