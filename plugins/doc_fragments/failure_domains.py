@@ -3,7 +3,7 @@
 
 
 # The failure-domain options of the rollout modules, mirrored by failure_domain_argument_spec() in
-# plugins/module_utils/_rollout_schedule.py.
+# plugins/module_utils/_module.py.
 
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ if HAS_RUAMEL:
     from ruamel.yaml.error import YAMLError
     from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
+
 CHANGE_TRAILER = "Gpufleet-Change"
 STAGE_TRAILER = "Gpufleet-Stage"
 REVERTS_TRAILER = "Gpufleet-Reverts"

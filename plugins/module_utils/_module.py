@@ -47,6 +47,22 @@ def wait_argument_spec(
     return {name: pieces[name] for name in options}
 
 
+def failure_domain_argument_spec() -> Spec:
+    """The failure-domain options of the rollout modules (doc fragment gpufleet.upgrade.failure_domains)."""
+    return {
+        "failure_domain_label": {"type": "str", "default": ""},
+        "max_per_domain": {"type": "int", "default": 1},
+    }
+
+
+def gitops_argument_spec(*, synced: bool = True) -> Spec:
+    """The GitOps-mode options (doc fragments gpufleet.upgrade.gitops and gpufleet.upgrade.gitops.synced)."""
+    spec: Spec = {"gitops_managed": {"type": "list", "elements": "str", "default": []}}
+    if synced:
+        spec["gitops_synced"] = {"type": "bool", "default": False}
+    return spec
+
+
 def redfish_argument_spec(*, credentials_required: bool = False, aliases: Optional[Mapping[str, str]] = None) -> Spec:
     """How to reach a BMC (doc fragment gpufleet.upgrade.redfish); credentials fall back to REDFISH_* variables.
 

@@ -51,14 +51,6 @@ UNLABELLED_DOMAIN = ""
 _DIGITS = re.compile(r"(\d+)")
 
 
-def failure_domain_argument_spec() -> Dict[str, Any]:
-    """The failure-domain options of the rollout modules (documented by the doc fragment ``failure_domains``)."""
-    return {
-        "failure_domain_label": {"type": "str", "default": ""},
-        "max_per_domain": {"type": "int", "default": 1},
-    }
-
-
 @dataclass(frozen=True)
 class PoolNode:
     """What the scheduler needs to know about one node of the pool."""

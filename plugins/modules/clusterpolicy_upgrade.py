@@ -57,6 +57,8 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.alerts
   - gpufleet.upgrade.failure_domains
+  - gpufleet.upgrade.gitops
+  - gpufleet.upgrade.gitops.synced
   - gpufleet.upgrade.node_maintenance
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
@@ -144,17 +146,6 @@ options:
         M(gpufleet.upgrade.gitops_change) to commit.
       - A plan that would create or delete a managed object, or O(canary_mode=nvidiadriver) with a managed
         NVIDIADriver, is refused before any write.
-    type: list
-    elements: str
-    default: []
-    version_added: 0.1.0
-  gitops_synced:
-    description:
-      - Set once the Argo CD Application synced the commit of RV(gitops_changes). A managed object that still lacks a
-        field then fails the task naming the field, instead of being returned again.
-    type: bool
-    default: false
-    version_added: 0.1.0
   wait:
     description: Wait until every targeted node runs the target driver (or one fails).
   wait_timeout:
@@ -380,7 +371,9 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     missing_libraries,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    failure_domain_argument_spec,
     finding_warnings,
+    gitops_argument_spec,
     run_module,
     wait_argument_spec,
 )
@@ -388,11 +381,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance
     maintenance_choice_from_params,
     node_maintenance_suboptions,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import failure_domain_argument_spec
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
+    spec.update(gitops_argument_spec())
     spec.update(failure_domain_argument_spec())
     spec.update(
         driver={
@@ -413,8 +406,6 @@ def argument_spec():
         remove_canary_driver={"type": "bool", "default": True},
         retry_failed_nodes={"type": "bool", "default": False},
         preflight_only={"type": "bool", "default": False},
-        gitops_managed={"type": "list", "elements": "str", "default": []},
-        gitops_synced={"type": "bool", "default": False},
     )
     spec.update(wait_argument_spec())
     spec.update(alerts=alerts_gate_suboptions(), node_maintenance=node_maintenance_suboptions())

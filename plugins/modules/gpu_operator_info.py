@@ -26,6 +26,7 @@ author:
   - gpufleet.upgrade maintainers (@gpufleet)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gpufleet.upgrade.gitops
 attributes:
   check_mode:
     support: full
@@ -53,9 +54,6 @@ options:
       - GitOps mode (docs/gitops.md). C(Kind/name) of the objects Argo CD writes from Git, for example
         C(ClusterPolicy/cluster-policy). Their pins are returned in RV(release_pin_gitops_changes) rather than
         RV(release_pins).
-    type: list
-    elements: str
-    default: []
 requirements:
   - kubernetes >= 24.2.0
 """
@@ -125,17 +123,17 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import gitops_argument_spec, run_module
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
+    spec.update(gitops_argument_spec(synced=False))
     spec.update(
         cluster_policy={"type": "str"},
         operator_namespace={"type": "str"},
         subscription={"type": "str", "default": "gpu-operator-certified"},
         olm_state_configmap={"type": "str", "default": "gpufleet-gpu-operator-olm-reinstall"},
-        gitops_managed={"type": "list", "elements": "str", "default": []},
     )
     return spec
 

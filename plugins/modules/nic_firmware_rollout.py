@@ -302,6 +302,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     missing_libraries,
 )
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    failure_domain_argument_spec,
     firmware_components_argument_spec,
     redfish_argument_spec,
     run_module,
@@ -311,7 +312,6 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance
     maintenance_choice_from_params,
     node_maintenance_suboptions,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import failure_domain_argument_spec
 
 
 def argument_spec():

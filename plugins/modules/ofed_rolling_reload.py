@@ -41,6 +41,8 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gpufleet.upgrade.alerts
   - gpufleet.upgrade.failure_domains
+  - gpufleet.upgrade.gitops
+  - gpufleet.upgrade.gitops.synced
   - gpufleet.upgrade.node_maintenance
   - gpufleet.upgrade.wait
   - gpufleet.upgrade.wait.timeout
@@ -205,17 +207,10 @@ options:
         C(NicClusterPolicy/nic-cluster-policy). When the NicClusterPolicy is one of them and lacks the target, the
         module does not patch it and touches no node; it returns the merge patch in RV(gitops_changes) for
         M(gpufleet.upgrade.gitops_change) to commit, with RV(gitops_pending) true.
-    type: list
-    elements: str
-    default: []
-    version_added: 0.1.0
   gitops_synced:
     description:
       - Set once the Argo CD Application synced the commit of RV(gitops_changes). The NicClusterPolicy must then
         carry the target (else the task fails naming the fields it lacks), and the rollout runs as without GitOps.
-    type: bool
-    default: false
-    version_added: 0.1.0
 requirements:
   - kubernetes >= 24.2.0
 seealso:
@@ -373,7 +368,12 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s import (
     k8s_auth_argument_spec,
     missing_libraries,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import run_module, wait_argument_spec
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    failure_domain_argument_spec,
+    gitops_argument_spec,
+    run_module,
+    wait_argument_spec,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._node_maintenance import (
     maintenance_choice_from_params,
     node_maintenance_suboptions,
@@ -387,11 +387,11 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._ofed_safety impo
     STORAGE_MODULES_SELECTOR,
     SafetyOptions,
 )
-from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_schedule import failure_domain_argument_spec
 
 
 def argument_spec():
     spec = k8s_auth_argument_spec()
+    spec.update(gitops_argument_spec())
     spec.update(failure_domain_argument_spec())
     spec.update(
         target_version={"type": "str", "required": True},
@@ -428,8 +428,6 @@ def argument_spec():
         allow_storage_modules_reload={"type": "bool", "default": False},
         alerts=alerts_gate_suboptions(),
         node_maintenance=node_maintenance_suboptions(),
-        gitops_managed={"type": "list", "elements": "str", "default": []},
-        gitops_synced={"type": "bool", "default": False},
     )
     spec.update(wait_argument_spec(wait_timeout=7200, wait_sleep=5.0))
     return spec

@@ -5,12 +5,20 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.upgrade.plugins.doc_fragments import firmware_components, redfish, wait
+from ansible_collections.gpufleet.upgrade.plugins.doc_fragments import (
+    failure_domains,
+    firmware_components,
+    gitops,
+    redfish,
+    wait,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import RolloutHaltedError
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._firmware_plan import ComponentSpec, component_specs
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._module import (
+    failure_domain_argument_spec,
     finding_warnings,
     firmware_components_argument_spec,
+    gitops_argument_spec,
     redfish_argument_spec,
     run_module,
     wait_argument_spec,
@@ -70,6 +78,13 @@ def test_components_spec_mirrors_its_fragment_and_becomes_component_specs():
     assert_mirrors(firmware_components_argument_spec(), documented(firmware_components.ModuleDocFragment.DOCUMENTATION))
     entries = [{"match": "ConnectX-7", "version": "28.42.1000", "image_path": None, "name": None}]
     assert component_specs(entries) == [ComponentSpec(match="ConnectX-7", version="28.42.1000")]
+
+
+def test_failure_domain_and_gitops_specs_mirror_their_fragments():
+    assert_mirrors(failure_domain_argument_spec(), documented(failure_domains.ModuleDocFragment.DOCUMENTATION))
+    fragment = gitops.ModuleDocFragment
+    assert_mirrors(gitops_argument_spec(), documented(fragment.DOCUMENTATION, fragment.SYNCED))
+    assert_mirrors(gitops_argument_spec(synced=False), documented(fragment.DOCUMENTATION))
 
 
 class Exited(Exception):
