@@ -984,6 +984,8 @@ class DriverRollout:
     def hold_for_alerts(
         self, node_objects: Sequence[Mapping[str, Any]], *, firing: List[str], pending: List[str]
     ) -> None:
+        """Hold ``pending`` (the targets not started) while ``firing``, with an Event on each; AlertsFiringError once
+        the gate's wait is over."""
         gate, hold = self.options.alerts, self.alerts_hold
         if gate is None or (not pending and not hold.nodes):
             return  # every node has started: nothing left to hold

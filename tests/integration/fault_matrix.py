@@ -267,24 +267,29 @@ def assert_matrix_agrees(group: Group, baseline: Marks) -> None:
     assert_marks_explained(group.twin, baseline)
 
 
-def recover(group: Group, stage: str, clear: Callable[[TwinProcess], None], baseline: Marks) -> None:
+def recover(
+    group: Group, stage: str, clear: Callable[[TwinProcess], None], baseline: Marks, *, changed: bool = True
+) -> None:
     """4. Clear the fault, run the report's Next exactly as printed, until the cluster is back at production.
 
     A change the tool cannot undo (its ledger entry says ``forward_only``: OpenShift's control plane has moved and
     OpenShift has no downgrade) gets back to a cluster that agrees with the matrix by going forward: the resumed
-    canary, its bake on the twin's clock, and the promotion that makes the change current_production."""
+    canary, its bake on the twin's clock, and the promotion that makes the change current_production; a refused
+    rollback of such a change says so ("let it bake ... then run stage=promote"). A stage that stopped before any
+    change (``changed`` False) names itself again: run once the fault is cleared, it finishes the change."""
     halted = cluster_ledger(group.twin)[-1]
     clear(group.twin)
     found = printed_next(group.workspace, stage)
     next_stage = found.pop("stage")
-    assert next_stage in ("rollback", "canary"), found
+    allowed = ("rollback", "canary", "bake") + (() if changed else (stage,))
+    assert next_stage in allowed, (next_stage, found)
     before = marks(group.twin)
     run = group.run(next_stage, **found)
     if run.returncode != 0:
         raise NextFailed(f"the printed Next (stage={next_stage}) failed with the fault cleared:\n{run.output[-3000:]}")
     assert_outcome(group, next_stage, run, None)
     assert_marks_explained(group.twin, before)
-    if next_stage == "canary" and halted.get("forward_only"):
+    if next_stage == "bake" or (next_stage == "canary" and halted.get("forward_only")):
         group.twin.advance(49 * 3600)  # the bake window, on the twin's clock
         run = group.run("promote")
         assert_outcome(group, "promote", run, None)
@@ -292,6 +297,15 @@ def recover(group: Group, stage: str, clear: Callable[[TwinProcess], None], base
         run = group.run("rollback")
         assert_outcome(group, "rollback", run, None)
     assert_matrix_agrees(group, baseline)
+
+
+def assert_refused(group: Group, stage: str, run: PlaybookRun, *, entries: int, before: Marks) -> None:
+    """A stage refused before its first write: it says so, the cluster's ledger has no entry of it, no mark of ours
+    moved, and the file ledger records the refusal."""
+    assert run.returncode != 0 and f"Stage {stage} refused" in run.output, run.output[-3000:]
+    assert len(cluster_ledger(group.twin)) == entries, cluster_ledger(group.twin)[-1]
+    assert marks(group.twin) == before, (before, marks(group.twin))
+    assert lease_holder(group.twin) == "", f"the refused {stage} run left the stage Lease held"
 
 
 # -- one case ----------------------------------------------------------------------------------------------------
@@ -360,13 +374,17 @@ def run_case_at(group: Group, case: Case, stage: str, *, exact: bool = True) -> 
     group.twin.admin("POST", "report/reset")
     case.inject(group.twin)
     before = marks(group.twin)
+    entries = len(cluster_ledger(group.twin))
     run = group.run(stage, **case.extra)
     entry = cluster_ledger(group.twin)[-1]
     assert_within_budget(group.twin, group.budget)
     assert_marks_explained(group.twin, before)
-    if run.returncode != 0:
+    if run.returncode != 0 and f"Stage {stage} refused" in run.output:
+        assert_refused(group, stage, run, entries=entries, before=before)
+        recover(group, stage, case.clear, baseline, changed=False)
+    elif run.returncode != 0:
         assert_outcome(group, stage, run, halt_as_recorded(group.twin))
-        recover(group, stage, case.clear, baseline)
+        recover(group, stage, case.clear, baseline, changed=entry.get("cluster_changed") is not False)
     else:
         case.clear(group.twin)
         if stage == "canary":  # the canary went on: back to production
