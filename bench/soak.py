@@ -111,7 +111,13 @@ def matrix(groups: list[str], stages: list[str], faults: list[str]) -> list[Run]
     runs = []
     for fault in faults:
         applies = groups if fault in EVERY_GROUP else [g for g in groups if owned[fault][0] == g]
-        runs += [Run(group, fault, stage) for group in applies for stage in stages]
+        # A group whose canary the twin refuses by design (fault_matrix_cases.GROUPS) has no promote or rollback.
+        runs += [
+            Run(group, fault, stage)
+            for group in applies
+            for stage in stages
+            if stage == "canary" or not GROUPS[group].get("refused_by_design")
+        ]
     return runs
 
 
@@ -153,7 +159,15 @@ def start_group(name: str, workdir: pathlib.Path, *, nodes: int = 6, budget: int
     write_matrix(workdir, setting["canary"], setting.get("production"))
     inputs = setting.get("inputs", {})
     inputs = inputs(twin, workdir) if callable(inputs) else dict(inputs)
-    group = Group(name=name, twin=twin, workspace=workdir, inputs=inputs, budget=budget, timeout=timeout)
+    group = Group(
+        name=name,
+        twin=twin,
+        workspace=workdir,
+        inputs=inputs,
+        budget=budget,
+        timeout=timeout,
+        refused_by_design=setting.get("refused_by_design", ""),
+    )
     twin.admin("POST", "budget", {"maxUnavailable": budget, "scope": GPU_NODES})
     return group
 

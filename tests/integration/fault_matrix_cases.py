@@ -76,6 +76,7 @@ GROUPS: dict[str, dict[str, Any]] = {
     "sriov": {
         "canary": {"sriov_operator": "4.17.0", "status": "canary-testing", "canary_node": CANARY},
         "inputs": {"sriov_operator_wait_sleep": 1},
+        "refused_by_design": "update OpenShift to 4.17 first",
     },
     "openshift": {
         "canary": {
@@ -108,7 +109,13 @@ class Groups:
             write_matrix(root, setting["canary"], setting.get("production"))
             inputs = setting.get("inputs", {})
             inputs = inputs(twin, root) if callable(inputs) else dict(inputs)
-            group = Group(name=name, twin=twin, workspace=root, inputs=inputs)
+            group = Group(
+                name=name,
+                twin=twin,
+                workspace=root,
+                inputs=inputs,
+                refused_by_design=setting.get("refused_by_design", ""),
+            )
             twin.admin("POST", "budget", {"maxUnavailable": group.budget, "scope": "nvidia.com/gpu.present=true"})
             self._started[name] = group
         return self._started[name]
