@@ -227,9 +227,13 @@ def assert_marks_explained(twin: TwinProcess, before: Marks) -> None:
             assert node in recorded and why, f"{node} carries {sorted(new)} but the ledger does not say why: {entry}"
 
 
+def next_line(workspace: pathlib.Path, stage: str) -> str:
+    return next(line for line in last_report(workspace, stage).splitlines() if line.startswith("| Next |"))
+
+
 def printed_next(workspace: pathlib.Path, stage: str) -> dict[str, str]:
     """The report's "Next" as extra vars: the first ``stage=...`` it names and any ``-e upgrade_x=value``."""
-    line = next(line for line in last_report(workspace, stage).splitlines() if line.startswith("| Next |"))
+    line = next_line(workspace, stage)
     found = re.findall(r"(?:-e )?\b(stage|upgrade_\w+)=([\w.-]+)", line)
     assert found and found[0][0] == "stage", f"the report's Next names no stage to run: {line}"
     variables: dict[str, str] = {}
@@ -282,6 +286,7 @@ def recover(
     change (``changed`` False) names itself again: run once the fault is cleared, it finishes the change."""
     halted = cluster_ledger(group.twin)[-1]
     clear(group.twin)
+    unstick(group, stage)
     found = printed_next(group.workspace, stage)
     next_stage = found.pop("stage")
     allowed = ("rollback", "canary", "bake") + (() if changed else (stage,))
@@ -299,6 +304,15 @@ def recover(
     elif next_stage == "canary":  # nothing had changed: the change itself goes on, then back to production
         back_after_canary(group)
     assert_matrix_agrees(group, baseline)
+
+
+def unstick(group: Group, stage: str) -> None:
+    """What the Next asks a person to do before the stage runs again: a driver pod that crash-loops at the target
+    ("To unstick <node> (driver_pod_crashloop: fix what its last message says ..., then delete the pod)") is
+    deleted once its cause (the fault) is gone; its DaemonSet starts a new one."""
+    for node in re.findall(r"To unstick (\S+) \(driver_pod_crashloop:", next_line(group.workspace, stage)):
+        selector = ("-l", "app.kubernetes.io/component=nvidia-driver", "--field-selector", f"spec.nodeName={node}")
+        kubectl(group.twin, "delete", "pod", "-n", "nvidia-gpu-operator", *selector, "--wait=false")
 
 
 def back_after_canary(group: Group) -> None:
