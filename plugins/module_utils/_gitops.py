@@ -37,7 +37,6 @@ if HAS_RUAMEL:
     from ruamel.yaml.error import YAMLError
     from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
-
 CHANGE_TRAILER = "Gpufleet-Change"
 STAGE_TRAILER = "Gpufleet-Stage"
 REVERTS_TRAILER = "Gpufleet-Reverts"
