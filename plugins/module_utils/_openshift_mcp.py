@@ -36,6 +36,10 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_budget import (
+    node_is_unavailable,
+    scaled_max_unavailable,
+)
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._time import parse_time
 
 MCO_PREFIX = "machineconfiguration.openshift.io/"
@@ -438,3 +442,112 @@ def apply_patch(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> Dict[str, A
         else:
             result[key] = value
     return result
+
+
+# -- one capacity budget across the GPU pools ---------------------------------------------------------------------
+#
+# The MCO keeps maxUnavailable per pool (machine-config-operator ``pkg/controller/node``: ``getAllCandidateMachines``
+# counts only the pool's own unavailable nodes), while the collection's budget covers every GPU node: a node away in
+# the canary pool does not stop the worker pool from taking one more. And the MCO counts a cordoned node as neither
+# ready nor a candidate (``checkNodeReady`` fails on ``spec.unschedulable``; the candidates skip unscheduled nodes),
+# so a node someone else cordoned keeps its pool from ever being Updated.
+
+
+def mco_unavailable(node: Mapping[str, Any]) -> bool:
+    """As the MCO counts a node against ``maxUnavailable``: not Ready or cordoned, or not done with its config."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    working = annotations.get(DESIRED_CONFIG) != annotations.get(CURRENT_CONFIG) or annotations.get(MCD_STATE) not in (
+        STATE_DONE,
+        None,
+    )
+    return node_is_unavailable(node) or working
+
+
+def cordoned_by_others(node: Mapping[str, Any]) -> bool:
+    """Cordoned while its machine-config daemon is done: not the daemon's own drain, so the MCO leaves it there."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    done = annotations.get(DESIRED_CONFIG) == annotations.get(CURRENT_CONFIG) and annotations.get(MCD_STATE) in (
+        STATE_DONE,
+        None,
+    )
+    return bool((node.get("spec") or {}).get("unschedulable")) and done
+
+
+@dataclass(frozen=True)
+class PoolBudget:
+    """What one pool may take of the budget its pools share, and the nodes that stop it from rolling."""
+
+    pool: str
+    budget: int
+    elsewhere: Tuple[str, ...]  # nodes of the other pools of the budget unavailable now
+    stalled: Tuple[str, ...]  # nodes of the pool cordoned by someone else: the MCO would never finish them
+    pending: Tuple[str, ...]  # nodes of the pool not yet done at its target config (none: the pool does not roll)
+
+    @property
+    def left(self) -> int:
+        return self.budget - len(self.elsewhere)
+
+    def refusal(self) -> str:
+        """Why the pool must not roll now ("" when it may)."""
+        reasons = []
+        if self.stalled:
+            reasons.append(
+                f"{', '.join(self.stalled)} (pool {self.pool}) "
+                f"{'is' if len(self.stalled) == 1 else 'are'} cordoned and not updating: someone other than the "
+                "machine-config operator cordoned it, and the MCO neither updates nor counts as ready a cordoned "
+                f"node, so pool {self.pool} would never be Updated. Once whoever cordoned it is done, uncordon it "
+                f"(oc adm uncordon {' '.join(self.stalled)}) and run the stage again"
+            )
+        elif self.pending and self.left < 1:
+            reasons.append(
+                f"the capacity budget of {self.budget} node(s) is used up by {', '.join(self.elsewhere)}, unavailable "
+                f"outside pool {self.pool}: rolling it would take one node more. Bring "
+                f"{'it' if len(self.elsewhere) == 1 else 'them'} back (uncordoned and Ready) and run the stage again"
+            )
+        return "; ".join(reasons)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "budget": self.budget,
+            "unavailable_elsewhere": list(self.elsewhere),
+            "max_unavailable": max(self.left, 0),
+            "stalled": list(self.stalled),
+            "pending": list(self.pending),
+        }
+
+
+def pool_budget(
+    nodes: Sequence[Mapping[str, Any]],
+    *,
+    pool: str,
+    members: Sequence[str],
+    budget_pools: Sequence[str],
+    max_unavailable: Any,
+    target: Optional[str],
+) -> PoolBudget:
+    """The share of ``max_unavailable`` (a count or a percent of the budget pools' nodes, rounded up as the
+    collection's budget is) left to ``pool`` by the budget pools' nodes unavailable outside it, and its ``members``
+    (node names) that would stall it. ``target`` is the pool's config ("" when it has none yet: every member rolls;
+    None when the members only leave the pool)."""
+    shared = [node for node in nodes if node_pool(node) in budget_pools or node_name(node) in members]
+    budget = scaled_max_unavailable(max_unavailable, total=len(shared))
+    elsewhere = sorted(node_name(n) for n in shared if node_name(n) not in members and mco_unavailable(n))
+    stalled = sorted(node_name(n) for n in shared if node_name(n) in members and cordoned_by_others(n))
+    pending = (
+        []
+        if target is None
+        else sorted(node_name(n) for n in shared if node_name(n) in members and not _done_at(n, target))
+    )
+    return PoolBudget(
+        pool=pool, budget=budget, elsewhere=tuple(elsewhere), stalled=tuple(stalled), pending=tuple(pending)
+    )
+
+
+def _done_at(node: Mapping[str, Any], target: str) -> bool:
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return (
+        bool(target)
+        and annotations.get(CURRENT_CONFIG) == target == annotations.get(DESIRED_CONFIG)
+        and annotations.get(MCD_STATE) == STATE_DONE
+    )

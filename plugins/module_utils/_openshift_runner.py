@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._errors import (
@@ -79,6 +79,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp im
     ca_rotation,
     custom_pool_body,
     degraded_nodes,
+    matches_labels,
     membership_plan,
     node_name,
     node_pool,
@@ -88,6 +89,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp im
     pause_plan_checks,
     paused_by,
     paused_hours,
+    pool_budget,
     pool_state,
     role_label,
 )
@@ -147,6 +149,7 @@ class PoolOptions:
     member_selector: Optional[Dict[str, str]] = None
     paused: Optional[bool] = None  # state=present only
     max_unavailable: Optional[Any] = None
+    budget_pools: List[str] = field(default_factory=list)
     pause_reason: str = ""
     max_pause_hours: float = DEFAULT_MAX_PAUSE_HOURS
     planned_pause_hours: float = 0.0
@@ -341,6 +344,7 @@ def run_machineconfigpool(api: KubeApi, options: PoolOptions, *, clock: Optional
     if current is None and options.state in ("paused", "unpaused"):
         raise InvalidInputError(f"MachineConfigPool {options.name} does not exist")
     _refuse_long_pause(api, options, current, result=result, now=clock.now())
+    options = _share_of_budget(api, options, current, result=result)
     waits = options.wait.wait and not options.check_mode and options.state in ("unpaused", "present")
     # The timeline's first look is taken before the write that sets the pool going: a node the MCO updates
     # between that write and the wait's first look (drain and reboot between two reads of a busy client)
@@ -451,6 +455,47 @@ def _refuse_long_pause(
     result.setdefault("warnings", []).extend(plan["warnings"])
     if plan["refusals"]:
         raise InvalidInputError("; ".join(plan["refusals"]) + ". Nothing was changed.", result=result)
+
+
+def _share_of_budget(
+    api: KubeApi, options: PoolOptions, current: Optional[Dict[str, Any]], *, result: Dict[str, Any]
+) -> PoolOptions:
+    """Before any write: the pool's share of the budget of ``budget_pools`` becomes its ``maxUnavailable``; refused
+    when nothing is left for a pool with nodes to update, or when a node of the pool is cordoned by someone else."""
+    if not options.budget_pools or options.state == "paused":
+        return options
+    nodes = api.list(NODES)
+    spec = (current or {}).get("spec") or {}
+    target: Optional[str] = str((spec.get("configuration") or {}).get("name") or "")
+    if options.state == "absent":  # the nodes go back to their own pool: a config move, no roll
+        members = membership_plan(nodes, pool=options.name, member_selector=None).remove
+        target = None
+    elif options.state == "present":
+        selector = options.member_selector or {}
+        members = [
+            node_name(n) for n in nodes if matches_labels((n.get("metadata") or {}).get("labels") or {}, selector)
+        ]
+    else:
+        members = [node_name(n) for n in nodes if node_pool(n) == options.name]
+    requested = options.max_unavailable if options.max_unavailable is not None else spec.get("maxUnavailable", 1)
+    share = pool_budget(
+        nodes,
+        pool=options.name,
+        members=members,
+        budget_pools=options.budget_pools,
+        max_unavailable=requested,
+        target=target,
+    )
+    result["budget"] = share.as_dict()
+    refusal = share.refusal()
+    if refusal:
+        named = share.stalled or share.elsewhere
+        result["failures"] = [{"node": node, "pool": options.name, "reason": refusal} for node in named]
+        raise RolloutHaltedError(f"MachineConfigPool {options.name}: {refusal}. Nothing was changed.", node=named[0],
+                                 result=result)  # fmt: skip
+    if not share.elsewhere or target is None:
+        return options
+    return replace(options, max_unavailable=share.left)
 
 
 def _write_membership(api: KubeApi, options: PoolOptions, *, result: Dict[str, Any]) -> None:

@@ -30,6 +30,13 @@ description:
     to C(updatedMachineCount) and C(readyMachineCount), no degraded machine, C(observedGeneration) caught up) or
     Degraded, in which case the task fails naming the degraded nodes and the reason of their machine-config daemon.
     A paused pool is not waited for.
+  - With O(budget_pools), the pools whose nodes share one capacity budget (the MCO keeps C(maxUnavailable) per pool),
+    and before any write, C(unpaused) and C(present) refuse when the nodes of the other budget pools that are
+    unavailable now (cordoned, NotReady, or updating) leave no room in O(max_unavailable) for a pool with nodes still
+    to update, and otherwise set the pool's C(maxUnavailable) to what they leave; C(unpaused), C(present) and
+    C(absent) refuse when a node of the pool (or leaving the canary pool for its own) is cordoned by someone other
+    than the machine-config daemon, because the MCO neither updates nor counts as ready a cordoned node and the pool
+    would never be Updated. The refusal names the nodes; RV(budget) says what was counted.
   - Returns the pool's status and a per-node timeline (config handed over, reboot seen, done).
 author:
   - gpufleet.upgrade maintainers (@gpufleet)
@@ -64,8 +71,18 @@ options:
     description: With O(state=present), whether the pool is paused (unset leaves an existing pool as it is).
     type: bool
   max_unavailable:
-    description: The pool's C(maxUnavailable) (a count or a percentage; the MCO refuses 0).
+    description:
+      - The pool's C(maxUnavailable) (a count or a percentage; the MCO refuses 0).
+      - With O(budget_pools), the budget those pools share (a percentage of their nodes, rounded up); unset, the
+        pool's own C(maxUnavailable) (1 when it has none).
     type: raw
+  budget_pools:
+    description:
+      - Pools whose nodes share the capacity budget with this one (the pool itself may be listed). Empty, the pool
+        is left to the MCO's own count of its nodes.
+    type: list
+    elements: str
+    default: []
   max_pause_hours:
     description: Longest a pool may stay paused (hours); 0 turns the limit off, the CA rotation check stays.
     type: float
@@ -160,6 +177,11 @@ failures:
   returned: always
   type: list
   elements: dict
+budget:
+  description: With O(budget_pools), what the pool could take of the shared budget.
+  returned: with O(budget_pools) and O(state=unpaused), O(state=present) or O(state=absent)
+  type: dict
+  sample: {pool: worker, budget: 2, unavailable_elsewhere: [gpu-worker-001], max_unavailable: 1, stalled: []}
 members_added:
   description: Nodes that got the pool's role label (O(state=present)).
   returned: with O(state=present) or O(state=absent)
@@ -212,6 +234,7 @@ def argument_spec():
         member_selector={"type": "dict", "default": {"gpu-canary": "true"}},
         paused={"type": "bool"},
         max_unavailable={"type": "raw"},
+        budget_pools={"type": "list", "elements": "str", "default": []},
         pause_reason={"type": "str", "default": ""},
         max_pause_hours={"type": "float", "default": 168},
         planned_pause_hours={"type": "float", "default": 0},
@@ -233,6 +256,7 @@ def pool_options(module):
         member_selector={str(key): str(value) for key, value in (params["member_selector"] or {}).items()},
         paused=params["paused"],
         max_unavailable=max_unavailable,
+        budget_pools=list(params["budget_pools"]),
         pause_reason=params["pause_reason"],
         max_pause_hours=params["max_pause_hours"],
         planned_pause_hours=params["planned_pause_hours"],

@@ -121,6 +121,22 @@ def test_full_sequence_check_mode_first_then_pools_one_at_a_time_and_sriov_last(
         extra_vars={"pool": "gpu-b", "selector": {"gpu-rack": "b"}, "paused": True},
     )
     assert second.returncode == 0, second.output[-4000:]
+
+    # The canary node cordoned by hand (someone looking at it): the MCO counts each pool apart and would roll a worker
+    # beside it, over the budget of 1 the GPU pools share. Refused before any write, naming the node and the fix.
+    kubectl(twin, "cordon", CANARY)
+    writes_before = writes(twin)
+    refused = run_playbook(
+        PLAYBOOK, twin=twin, extra_vars=role_vars("promote", result_file, openshift_gpu_pools=["worker", "gpu-b"])
+    )
+    assert refused.returncode != 0
+    assert writes(twin) == writes_before, twin.report()["requests"]["by_verb_resource"]
+    result = json.loads(result_file.read_text())
+    assert [f["node"] for f in result["failures"]] == [CANARY], result["failures"]
+    assert "budget of 1 node(s) is used up by gpu-worker-001" in result["failures"][0]["reason"]
+    assert "Nothing was changed" in result["message"] and set(result["paused_pools"]) == {"worker", "gpu-b"}
+    kubectl(twin, "uncordon", CANARY)
+
     promote = run_playbook(
         PLAYBOOK, twin=twin, extra_vars=role_vars("promote", result_file, openshift_gpu_pools=["worker", "gpu-b"])
     )

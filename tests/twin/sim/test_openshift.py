@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from test_network_operator import PlatformCluster, make_platform_cluster
 
 from gpufleet_twin.operators import openshift as ocp
@@ -31,7 +32,11 @@ def test_rhcos_table_gives_new_kernels_per_release() -> None:
     assert ocp.rendered_name("worker", ocp.rhcos_for("4.17.3")).startswith("rendered-worker-")
 
 
-def test_paused_pool_holds_during_the_cluster_update_and_unpausing_rolls_within_max_unavailable() -> None:
+# pkg/controller/node maxUnavailable(): unset is 1; a percent of the pool's nodes is rounded down, 0 becomes 1.
+@pytest.mark.parametrize(("max_unavailable", "at_once"), [(None, 1), ("50%", 1), ("67%", 2), ("10%", 1)])
+def test_paused_pool_holds_during_the_cluster_update_and_unpausing_rolls_within_max_unavailable(
+    max_unavailable: str | None, at_once: int
+) -> None:
     cluster = make_platform_cluster(nodes=3, profile="openshift")
     new_kernel = ocp.rhcos_for(TARGET).kernel
     cluster.sim.kernels_without_driver_build.add(new_kernel)
@@ -70,7 +75,8 @@ def test_paused_pool_holds_during_the_cluster_update_and_unpausing_rolls_within_
         assert condition(worker_pool, "Updated") == "False"
         assert worker_pool["status"]["updatedMachineCount"] == 0
         c.store.add_listener(track)
-        c.store.mutate(pools, None, "worker", lambda p: p["spec"].update(paused=False))
+        wanted = {"paused": False} if max_unavailable is None else {"paused": False, "maxUnavailable": max_unavailable}
+        c.store.mutate(pools, None, "worker", lambda p: p["spec"].update(wanted))
         await c.wait_until(
             lambda: condition(pool(c, "worker"), "Updated") == "True", sim_seconds=20_000, what="workers updated"
         )
@@ -86,7 +92,7 @@ def test_paused_pool_holds_during_the_cluster_update_and_unpausing_rolls_within_
         )
 
     cluster.run(scenario)
-    assert max(max_cordoned) == 1  # maxUnavailable defaults to 1
+    assert max(max_cordoned) == at_once
 
 
 def test_failing_node_degrades_its_pool() -> None:

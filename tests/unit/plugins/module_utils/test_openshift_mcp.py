@@ -17,6 +17,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._openshift_mcp im
     pause_plan_checks,
     paused_by,
     paused_hours,
+    pool_budget,
     pool_of_config,
     pool_state,
 )
@@ -229,3 +230,57 @@ def test_the_signer_is_read_only_when_the_credentials_may_else_could_not_check()
     rotation = read_ca_rotation(denied)
     assert rotation.at is None and "may not read" in rotation.unknown and denied.reads == 0
     assert read_ca_rotation(SignerApi(allowed=True)).at == NOW + datetime.timedelta(days=92)
+
+
+def gpu_node(name, *, config="rendered-worker-new", current=None, cordoned=False, ready=True, state="Done"):
+    found = node(name, config=config, state=state)
+    found["metadata"]["annotations"]["machineconfiguration.openshift.io/currentConfig"] = current or config
+    found["spec"] = {"unschedulable": True} if cordoned else {}
+    found["status"] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    return found
+
+
+def test_one_budget_across_pools_counts_nodes_away_in_the_other_pools():
+    canary = gpu_node("gpu-worker-001", config="rendered-gpu-canary-new", cordoned=True)
+    workers = [gpu_node(f"gpu-worker-00{i}", config="rendered-worker-old") for i in range(2, 5)]
+    outside = gpu_node("infra-001", config="rendered-infra-x", ready=False)  # not a budget pool: not counted
+    nodes = [canary, *workers, outside]
+    members = ["gpu-worker-002", "gpu-worker-003", "gpu-worker-004"]
+
+    def share(budget, target="rendered-worker-new"):
+        return pool_budget(
+            nodes, pool="worker", members=members, budget_pools=["worker", "gpu-canary"], max_unavailable=budget,
+            target=target,
+        )  # fmt: skip
+
+    # The cordoned canary node (another pool) uses the whole budget of 1: the worker pool must not roll.
+    full = share(1)
+    assert full.elsewhere == ("gpu-worker-001",) and full.left == 0 and full.pending == tuple(members)
+    assert "used up by gpu-worker-001" in full.refusal() and "pool worker" in full.refusal()
+    # A budget of 2 leaves the worker pool one node at a time; 50% of the four GPU nodes is 2 as well.
+    assert share(2).left == 1 and not share(2).refusal()
+    assert share("50%").budget == 2
+    # A pool with nothing left to update takes nothing: no refusal though the budget is spent.
+    assert not share(1, target="rendered-worker-old").refusal()
+
+
+def test_a_member_cordoned_by_someone_else_stalls_its_pool_but_the_daemon_own_cordon_does_not():
+    by_hand = gpu_node("gpu-worker-002", config="rendered-worker-old", cordoned=True)
+    draining = gpu_node("gpu-worker-003", config="rendered-worker-new", current="rendered-worker-old", cordoned=True,
+                        state="Working")  # fmt: skip
+    share = pool_budget(
+        [by_hand, draining],
+        pool="worker",
+        members=["gpu-worker-002", "gpu-worker-003"],
+        budget_pools=["worker"],
+        max_unavailable=2,
+        target="rendered-worker-new",
+    )
+    assert share.stalled == ("gpu-worker-002",)
+    assert "oc adm uncordon gpu-worker-002" in share.refusal() and "never be Updated" in share.refusal()
+    # Leaving the pool (target None): no roll, but the stall is still refused.
+    leaving = pool_budget(
+        [by_hand], pool="gpu-canary", members=["gpu-worker-002"], budget_pools=["worker"], max_unavailable=1,
+        target=None,
+    )  # fmt: skip
+    assert leaving.pending == () and leaving.stalled == ("gpu-worker-002",)

@@ -610,7 +610,8 @@ class OpenShiftPlatform:
         paused = bool(spec.get("paused"))
         raw_max = spec.get("maxUnavailable", 1)
         try:
-            max_unavailable = max(1, _scaled(raw_max, len(nodes)))
+            # pkg/controller/node maxUnavailable(): a percent of the pool's nodes rounded down, and never below 1.
+            max_unavailable = max(1, podutil.scaled_value(raw_max, len(nodes), round_up=False))
         except ValueError:
             max_unavailable = 1
         # A node is "updated" when it runs the target and is Done.
@@ -788,15 +789,6 @@ def _cond(kind: str, status: bool, reason: str, message: str, stamp: str) -> Obj
         "reason": reason,
         "message": message,
     }
-
-
-def _scaled(value: Any, total: int) -> int:
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if text.endswith("%"):
-        return -(-int(text[:-1]) * total // 100)
-    return int(text)
 
 
 def install(twin: Twin) -> OpenShiftPlatform | None:
