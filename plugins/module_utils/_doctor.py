@@ -195,8 +195,9 @@ CAUSES: Dict[str, Tuple[str, str]] = {
     "rollout_step_failed": (
         "a rollout of this collection stopped the node at a failed step (the node stays cordoned, later runs halt "
         "on it)",
-        "fix what the step's message names, then take the stage's own way on (the same stage run again resumes the "
-        "node from that step; a rollback undoes it)",
+        "fix what the step's message names, clear the node's failed mark (kubectl annotate node <node> "
+        "gpufleet.io/rollout-<rollout>-state=pending --overwrite, as the stage's failure says), then take the stage's "
+        "own way on (the same stage run again rolls the node from its first step; a rollback undoes it)",
     ),
     "upgrade_failed": (
         "the upgrade controller marked the node upgrade-failed; no cause is visible any more",

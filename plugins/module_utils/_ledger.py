@@ -183,6 +183,8 @@ class CampaignState:
     promote_entry: str = ""
     rolled_back: bool = False
     rollback_entry: str = ""
+    # Rolled back to current_production by a rollback whose gates could not run: the node was never judged.
+    unvalidated: bool = False
     last_entry: str = ""
     group: str = ""
     versions_before: Dict[str, Any] = field(default_factory=dict)
@@ -241,7 +243,7 @@ def fold_campaign(entries: Sequence[Mapping[str, Any]], campaign: str) -> Campai
             state.canary_entry = str(entry.get("id"))
             state.canary_reason = str(entry.get("message") or "")
             state.canary_forward_only = "" if passed else str(entry.get("forward_only") or "")
-            state.rolled_back = False
+            state.rolled_back = state.unvalidated = False
             if passed:
                 state.bake_started_at = str(entry.get("recorded_at") or "")
                 state.baseline = dict(entry.get("counters") or {})
@@ -266,6 +268,7 @@ def fold_campaign(entries: Sequence[Mapping[str, Any]], campaign: str) -> Campai
         if (stage == "rollback" and passed) or entry.get("rolled_back"):
             state.rolled_back = True
             state.rollback_entry = str(entry.get("id"))
+            state.unvalidated = stage == "rollback" and not passed and bool(entry.get("gates_could_not_run"))
             state.canary_passed = state.canary_failed = state.promoted = state.promote_failed = False
             state.bake_checks = []
     return state
@@ -282,6 +285,15 @@ def open_campaigns(entries: Sequence[Mapping[str, Any]]) -> List[CampaignState]:
             order.append(str(name))
     states = [fold_campaign(entries, name) for name in order]
     return [state for state in states if state.open]
+
+
+def last_unvalidated(entries: Sequence[Mapping[str, Any]]) -> Optional[CampaignState]:
+    """The change touched last, when its rollback returned the canary node but the gates could not judge it."""
+    touched = [entry.get("campaign") for entry in entries if entry.get("outcome") in (SUCCESS, FAILED)]
+    if not touched or not touched[-1]:
+        return None
+    state = fold_campaign(entries, str(touched[-1]))
+    return state if state.unvalidated and not state.open else None
 
 
 # -- decisions (pure) -----------------------------------------------------------------------------
@@ -420,6 +432,7 @@ def decide_rollback(
     open_states: Sequence[CampaignState],
     rollback_to: str,
     has_rollback_stage: bool,
+    unvalidated: Optional[CampaignState] = None,
 ) -> Decision:
     """What a rollback undoes, by where the last open change stands in the ledger.
 
@@ -428,6 +441,8 @@ def decide_rollback(
     ================================  ===========================================================
     none (or rolled back already)     nothing to do (``current_production`` asked: the canary node
                                       back to it; ``rollback`` asked: the rollback entry)
+    rolled back, gates could not run  the canary node validated again (``unvalidated``: nothing is
+                                      left to undo, but the node was never judged)
     canary passed or failed           its canary node back to current_production (the rest of the
                                       fleet never left it)
     canary failed, forward-only       refused: go forward with stage=canary
@@ -477,6 +492,13 @@ def decide_rollback(
             RUN,
             f"Returning canary node {latest.canary_node} to current_production "
             f"(the canary of {latest.campaign} was never promoted).",
+            rollback_target=ROLLBACK_TO_PRODUCTION,
+        )
+    if unvalidated is not None:
+        return Decision(
+            RUN,
+            f"Validating canary node {unvalidated.canary_node or '(unknown)'} again: the rollback in ledger entry "
+            f"{unvalidated.rollback_entry} returned it to current_production, but its gates could not run.",
             rollback_target=ROLLBACK_TO_PRODUCTION,
         )
     if rollback_to == ROLLBACK_TO_PRODUCTION:
@@ -822,10 +844,14 @@ def _plan_rollback(ctx: _RunContext) -> Dict[str, Any]:
     matrix, catalog, entries, nodes, gpu_nodes = ctx.matrix, ctx.catalog, ctx.entries, ctx.nodes, ctx.gpu_nodes
     production = ctx.production
     open_states = open_campaigns(entries)
+    unvalidated = None if open_states else last_unvalidated(entries)
     decision = decide_rollback(
-        open_states=open_states, rollback_to=request.rollback_to, has_rollback_stage="rollback" in matrix.stages
+        open_states=open_states,
+        rollback_to=request.rollback_to,
+        has_rollback_stage="rollback" in matrix.stages,
+        unvalidated=unvalidated,
     )
-    latest = open_states[-1] if open_states else None
+    latest = open_states[-1] if open_states else unvalidated
     result["open_changes"] = [state.as_dict() for state in open_states]
     if decision.action != RUN:
         result["decision"] = decision.as_dict()
@@ -855,6 +881,8 @@ def _plan_rollback(ctx: _RunContext) -> Dict[str, Any]:
     else:
         group = latest.group if latest is not None else ""
         before = dict(latest.versions_after) if latest is not None else matrix.effective_versions("canary_testing")
+        if latest is not None and latest is unvalidated:
+            before = dict(production)  # rolled back already: only the validation is left
         target = production
         if not group:
             plan = (

@@ -11,6 +11,7 @@ the ledger entry of the run, so the report and the ledger never disagree.
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
 from ansible_collections.gpufleet.upgrade.plugins.module_utils._report_timeline import capacity_text, timeline_rows
@@ -196,12 +197,35 @@ def unstick_text(entry: Mapping[str, Any]) -> str:
     return text + " "
 
 
+# How the rollout engine names the command that clears a failed node's mark (_rollout_engine.RolloutPlan.halt_message):
+# the rollout halts on that node, in every later run too, until a person has fixed it and cleared the mark.
+_CLEAR_COMMAND = re.compile(r"clear it with: (kubectl annotate node \S+ \S+=pending --overwrite)")
+
+
+def clear_commands(entry: Mapping[str, Any]) -> List[str]:
+    """The commands, named in the run's failures, that clear the failed nodes' marks."""
+    found: List[str] = []
+    for item in failures(entry):
+        for command in _CLEAR_COMMAND.findall(item):
+            if command not in found:
+                found.append(command)
+    return found
+
+
 def next_step(entry: Mapping[str, Any]) -> str:
     """What a person (or the schedule) does next: what unsticks the halted nodes (the doctor's diagnosis), then
     the stage's way on."""
     stage_next = _stage_next(entry)
     if entry.get("outcome") != "failed":
         return stage_next
+    clear = clear_commands(entry)
+    if clear:
+        stage_next = (
+            "Once the node is fixed, clear its failed mark (every run halts on it until then): "
+            + "; ".join(f"`{command}`" for command in clear)
+            + ". "
+            + stage_next
+        )
     return unstick_text(entry) + ("Then: " if unstick_text(entry) else "") + stage_next
 
 
@@ -234,8 +258,9 @@ def _stage_next(entry: Mapping[str, Any]) -> str:
             "pods found no room on the node (an infrastructure failure, not a verdict on the node). "
         )
         if stage == "rollback":
-            return (
-                unjudged + "The software is back to known-good; validate the node once the cluster can run the gates."
+            return unjudged + (
+                "The software is back to known-good. Once the cluster can run the gates (the node uncordoned, the "
+                "API answering), run stage=rollback again: it finds nothing left to undo and validates the node."
             )
         if stage == "bake":
             return unjudged + "Run stage=bake again once the cluster can run the gates."

@@ -494,13 +494,9 @@ class RolloutPlan:
     def halt_message(self) -> str:
         if not self.halted_by:
             return ""
-        keys = self.settings.keys
         details = "; ".join(f"{name} {self.dispositions[name].why}" for name in self.halted_by)
-        return (
-            f"Rollout {self.settings.name} is halted by a failed node: {details}. "
-            f"Fix the node, then clear it with: kubectl annotate node {self.halted_by[0]} "
-            f"{keys.state}={STATE_PENDING} --overwrite"
-        )
+        clear = clear_failed(self.settings.keys, self.halted_by[0])
+        return f"Rollout {self.settings.name} is halted by a failed node: {details}. {clear}"
 
     def as_dict(self) -> Dict[str, Any]:
         initially_cordoned = [name for name in self.order if self.pool.get(name, PoolNode(name)).unavailable]
@@ -733,6 +729,12 @@ def release_write(node: Mapping[str, Any], *, settings: RolloutSettings) -> Node
             f"{' and uncordoned' if release else ''}, nothing evicted{kept}"
         ),
     )
+
+
+def clear_failed(keys: ProgressKeys, node: str) -> str:
+    """How a person clears a failed node's mark once the node is fixed: every run halts on it until then (the
+    report's Next repeats the command, _report.clear_commands)."""
+    return f"Fix the node, then clear it with: kubectl annotate node {node} {keys.state}={STATE_PENDING} --overwrite"
 
 
 def fail_write(*, settings: RolloutSettings, step: str, reason: str, moment: str) -> NodeWrite:
@@ -1074,7 +1076,9 @@ def execute_rollout(
     not_granted = [run for run in runs if run.outcome == STATE_NOT_GRANTED]
     if failed and not halt_reason:
         first = failed[0]
-        halt_reason = f"node {first.node} failed at step {first.failed_step}: {first.error}"
+        halt_reason = f"node {first.node} failed at step {first.failed_step}: {first.error}. " + clear_failed(
+            settings.keys, first.node
+        )
     elif not_granted and not halt_reason:
         halt_reason = f"node {not_granted[0].node} was not started: {not_granted[0].error}"
     waiting = dict(progress.last_decision.waiting) if halt_reason else {}

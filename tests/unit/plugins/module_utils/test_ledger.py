@@ -261,6 +261,23 @@ LEDGER_STATES = {
         (entry("canary", "success", 0), entry("promote", "failed", 50), entry("rollback", "success", 51)),
         False,
     ),
+    # The software went back, but the gates could not run on the node (cordoned, the API failing them).
+    "rolled back unjudged": (
+        (entry("canary", "success", 0), entry("rollback", "failed", 1, rolled_back=True, gates_could_not_run=True)),
+        False,
+    ),
+    "rolled back unjudged, then judged": (
+        (
+            entry("canary", "success", 0),
+            entry("rollback", "failed", 1, rolled_back=True, gates_could_not_run=True),
+            entry("rollback", "success", 2),
+        ),
+        False,
+    ),
+    "rolled back, the node faulty": (
+        (entry("canary", "success", 0), entry("rollback", "failed", 1, rolled_back=True)),
+        False,
+    ),
 }
 # What stage=rollback (auto) does from each state: action, target, and what its reason names.
 ROLLBACK_TABLE = {
@@ -277,6 +294,9 @@ ROLLBACK_TABLE = {
     "promoted": (RUN, "rollback", "the promotion of"),
     "canary rolled back": (NOOP, "", "Nothing to roll back"),
     "promote failed, rolled back": (NOOP, "", "Nothing to roll back"),
+    "rolled back unjudged": (RUN, "current_production", "Validating canary node gpu-worker-001 again"),
+    "rolled back unjudged, then judged": (NOOP, "", "Nothing to roll back"),
+    "rolled back, the node faulty": (NOOP, "", "Nothing to roll back"),
 }
 
 
@@ -286,7 +306,8 @@ def test_rollback_decision_for_every_ledger_state(name: str) -> None:
     states = open_campaigns(list(entries))
     assert bool(states) is is_open, states
     action, target, named = ROLLBACK_TABLE[name]
-    decision = decide_rollback(open_states=states, rollback_to="auto", has_rollback_stage=True)
+    unvalidated = None if states else ledger.last_unvalidated(list(entries))
+    decision = decide_rollback(open_states=states, rollback_to="auto", has_rollback_stage=True, unvalidated=unvalidated)
     assert (decision.action, decision.rollback_target) == (action, target), decision
     assert named in decision.reason, decision.reason
     if action == REFUSE:

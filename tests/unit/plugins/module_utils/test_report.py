@@ -245,8 +245,23 @@ def test_next_step_after_a_run_that_changed_nothing_or_could_not_judge() -> None
     assert next_step(unchanged) == "Nothing on the cluster was changed: fix what failed, then run stage=canary again."
     rollback = {"stage": "rollback", "outcome": "failed", "rolled_back": True, "gates_could_not_run": True}
     assert "not a verdict on the node" in next_step(rollback) and "take it out of service" not in next_step(rollback)
+    assert "run stage=rollback again" in next_step(rollback), "a Next names a command that works from there"
     bake = {"stage": "bake", "outcome": "failed", "gates_could_not_run": True}
     assert next_step(bake).endswith("Run stage=bake again once the cluster can run the gates.")
+
+
+def test_next_of_a_run_halted_by_a_failed_node_names_the_command_that_clears_it() -> None:
+    clear = "kubectl annotate node gpu-worker-001 gpufleet.io/rollout-nic-firmware-state=pending --overwrite"
+    message = (
+        "Failed to roll out NIC firmware: Rollout nic-firmware is halted by a failed node: gpu-worker-001 failed at "
+        f"step reboot: BMC job ended Failed. Fix the node, then clear it with: {clear}"
+    )
+    halted = {"stage": "rollback", "outcome": "failed", "message": message, "failures": [{"node": "gpu-worker-001",
+              "reason": message}]}  # fmt: skip
+    text = next_step(halted)
+    assert f"`{clear}`" in text and text.count(clear) == 1
+    assert text.index(clear) < text.index("run stage=rollback again"), "the clear comes before the stage"
+    assert clear not in next_step({**halted, "message": "", "failures": []})
 
 
 def test_next_of_a_change_that_cannot_be_undone_goes_forward() -> None:
