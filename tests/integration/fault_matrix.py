@@ -85,7 +85,9 @@ class Group:
             "stage": stage,
             "upgrade_matrix_file": str(self.workspace / "matrix.yaml"),
             "upgrade_report_dir": str(self.workspace / "reports"),
-            "upgrade_wait_timeout": 900,
+            # Real seconds (the modules' waits are timed on this machine's clock): a third of the run's own limit,
+            # so a wait that can never end (a drain a PDB blocks) halts the stage before the harness kills the run.
+            "upgrade_wait_timeout": round(self.timeout / 3),
             "upgrade_max_unavailable": self.budget,
             "validate_wait_sleep": 0.5,
             "gpu_operator_wait_sleep": 1,
@@ -307,12 +309,17 @@ def recover(
 
 
 def unstick(group: Group, stage: str) -> None:
-    """What the Next asks a person to do before the stage runs again: a driver pod that crash-loops at the target
-    ("To unstick <node> (driver_pod_crashloop: fix what its last message says ..., then delete the pod)") is
-    deleted once its cause (the fault) is gone; its DaemonSet starts a new one."""
-    for node in re.findall(r"To unstick (\S+) \(driver_pod_crashloop:", next_line(group.workspace, stage)):
+    """What the Next asks a person to do before the stage runs again, once its cause (the fault) is gone: a driver
+    pod that crash-loops at the target ("To unstick <node> (driver_pod_crashloop: fix what its last message says
+    ..., then delete the pod)") is deleted, and its DaemonSet starts a new one; a failed node's mark is cleared
+    with the command the Next prints."""
+    line = next_line(group.workspace, stage)
+    for node in re.findall(r"To unstick (\S+) \(driver_pod_crashloop:", line):
         selector = ("-l", "app.kubernetes.io/component=nvidia-driver", "--field-selector", f"spec.nodeName={node}")
         kubectl(group.twin, "delete", "pod", "-n", "nvidia-gpu-operator", *selector, "--wait=false")
+    # A failed node's mark, which halts every run until a person clears it: the command exactly as printed.
+    for command in re.findall(r"`kubectl (annotate node \S+ \S+=pending --overwrite)`", line):
+        kubectl(group.twin, *command.split())
 
 
 def back_after_canary(group: Group) -> None:
