@@ -239,6 +239,13 @@ def test_mofed_without_a_build_for_the_kernel_crash_loops_and_keeps_the_network_
         await c.wait_until(lambda: new_mofed_restarts(c, target) >= 1, sim_seconds=900, what="crash loop")
         assert not c.sim.nodes[target].secondary_network_up
         assert c.sim.nodes[target].mofed_version is None
+        # The container installs at each start: once a package for the kernel exists, a restart of the same
+        # pod loads the driver (nobody deletes it).
+        pod = c.mofed_pods()[target]["metadata"]["uid"]
+        c.sim.mofed_builds.pop(NEW_MOFED)
+        await c.wait_until(lambda: c.sim.nodes[target].secondary_network_up, sim_seconds=1800, what="recovered")
+        assert c.sim.nodes[target].mofed_version == NEW_MOFED
+        assert c.mofed_pods()[target]["metadata"]["uid"] == pod
 
     cluster.run(scenario)
 

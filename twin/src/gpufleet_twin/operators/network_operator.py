@@ -419,7 +419,15 @@ class NetworkOperator:
                 f"Failed to install MOFED {version}: no driver package for kernel {health.kernel} "
                 "(kernel-devel/headers not found)"
             )
-            return PodPlan(outcome="crashloop", start_after=self.timings.build_failure, message=message, reason="Error")
+            # The driver container installs at each start: once a package for the kernel exists (the fault
+            # cleared), its next restart succeeds.
+            return PodPlan(
+                outcome="crashloop",
+                start_after=self.timings.build_failure,
+                message=message,
+                reason="Error",
+                replan_on_restart=True,
+            )
         labels = self._node_labels(health.name)
         if health.mofed_version == version:
             delay = self.timings.mofed_already_loaded
