@@ -489,22 +489,21 @@ class PoolBudget:
 
     def refusal(self) -> str:
         """Why the pool must not roll now ("" when it may)."""
-        reasons = []
         if self.stalled:
-            reasons.append(
+            return (
                 f"{', '.join(self.stalled)} (pool {self.pool}) "
                 f"{'is' if len(self.stalled) == 1 else 'are'} cordoned and not updating: someone other than the "
                 "machine-config operator cordoned it, and the MCO neither updates nor counts as ready a cordoned "
                 f"node, so pool {self.pool} would never be Updated. Once whoever cordoned it is done, uncordon it "
                 f"(oc adm uncordon {' '.join(self.stalled)}) and run the stage again"
             )
-        elif self.pending and self.left < 1:
-            reasons.append(
+        if self.pending and self.left < 1:
+            return (
                 f"the capacity budget of {self.budget} node(s) is used up by {', '.join(self.elsewhere)}, unavailable "
                 f"outside pool {self.pool}: rolling it would take one node more. Bring "
                 f"{'it' if len(self.elsewhere) == 1 else 'them'} back (uncordoned and Ready) and run the stage again"
             )
-        return "; ".join(reasons)
+        return ""
 
     def as_dict(self) -> Dict[str, Any]:
         return {
