@@ -284,14 +284,16 @@ def recover(
     A change the tool cannot undo (its ledger entry says ``forward_only``: OpenShift's control plane has moved and
     OpenShift has no downgrade) gets back to a cluster that agrees with the matrix by going forward: the resumed
     canary, its bake on the twin's clock, and the promotion that makes the change current_production; a refused
-    rollback of such a change says so ("let it bake ... then run stage=promote"). A stage that stopped before any
-    change (``changed`` False) names itself again: run once the fault is cleared, it finishes the change."""
+    rollback of such a change says so ("let it bake ... then run stage=promote"); a halted promotion of such a change
+    names itself again (it resumes). A stage that stopped before any change (``changed`` False) names itself again:
+    run once the fault is cleared, it finishes the change."""
     halted = cluster_ledger(group.twin)[-1]
     clear(group.twin)
     unstick(group, stage)
     found = printed_next(group.workspace, stage)
     next_stage = found.pop("stage")
-    allowed = ("rollback", "canary", "bake") + (() if changed else (stage,))
+    # The same stage again: after a halt that changed nothing, or one that can only go forward (it resumes).
+    allowed = ("rollback", "canary", "bake") + (() if changed and not halted.get("forward_only") else (stage,))
     assert next_stage in allowed, (next_stage, found)
     before = marks(group.twin)
     run = group.run(next_stage, **found)
