@@ -489,6 +489,9 @@ class RolloutPlan:
     step_descriptions: Tuple[Tuple[str, str], ...]
     first_decision: StartDecision
     forecast: SimulatedSchedule
+    # Nodes of the pool that are not targets but finished this target in an earlier run (one killed before it
+    # could record them): their progress annotations are this rollout's, and the run's record names them.
+    done_earlier: Tuple[str, ...] = ()
 
     @property
     def halt_message(self) -> str:
@@ -581,6 +584,15 @@ def build_plan(
         for name in targets
     }
     skipped = tuple(name for name in targets if dispositions[name].action == ACTION_SKIP)
+    done_earlier = tuple(
+        sorted(
+            name
+            for name, node in objects.items()
+            if name not in dispositions
+            and read_progress(node, keys).state == STATE_DONE
+            and read_progress(node, keys).target == settings.target
+        )
+    )
     released = tuple(name for name in targets if dispositions[name].action == ACTION_RELEASE)
     halted_by = tuple(name for name in targets if dispositions[name].action == ACTION_HALT)
     resumed = tuple(name for name in targets if dispositions[name].action == ACTION_RESUME)
@@ -644,6 +656,7 @@ def build_plan(
         step_descriptions=tuple(descriptions),
         first_decision=first,
         forecast=forecast,
+        done_earlier=done_earlier,
     )
 
 
@@ -1268,6 +1281,7 @@ def _summary(plan: RolloutPlan, *, runs: Sequence[NodeRun], waiting: Mapping[str
         "nodes_failed": [run.node for run in runs if run.outcome == STATE_FAILED] + list(plan.halted_by),
         "nodes_released": [run.node for run in runs if run.outcome == STATE_RELEASED],
         "nodes_skipped": list(plan.skipped),
+        "nodes_done_earlier": list(plan.done_earlier),
         "nodes_not_started": not_granted + not_started,
         "nodes_not_granted": not_granted,
         "max_unavailable": plan.budget.max_unavailable,

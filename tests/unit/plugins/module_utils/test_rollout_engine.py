@@ -895,3 +895,16 @@ def test_a_node_the_operator_never_granted_is_released_untouched_and_halts_witho
     assert cluster.released == ["n2"]
     assert cluster.state("n2").state == "" and KEYS.state not in cluster.nodes["n2"]["metadata"]["annotations"]
     assert not any(cluster.cordoned(name) for name in ("n1", "n2", "n3")), "the engine cordoned nothing"
+
+
+def test_nodes_an_earlier_killed_run_finished_are_named_though_no_longer_targets():
+    # gpu-worker-1 finished this target in a run killed before it recorded anything; the caller no longer lists it
+    # (it runs the target), but its progress annotations are this rollout's, so the run's result names it.
+    done = {KEYS.state: "done", KEYS.target: settings().target, KEYS.finished_at: "2026-11-21T23:00:00Z"}
+    other = {KEYS.state: "done", KEYS.target: "an-older-target", KEYS.finished_at: "2026-11-01T23:00:00Z"}
+    nodes = [make_node("gpu-worker-1", annotations=done), make_node("gpu-worker-2"), make_node("gpu-worker-3",
+             annotations=other)]  # fmt: skip
+    cluster = MemoryCluster(nodes, settings=settings(max_unavailable=1, max_parallel=1))
+    result = run(cluster, ["gpu-worker-2"], StepLog().steps())
+    assert result["nodes_done_earlier"] == ["gpu-worker-1"]
+    assert result["nodes_done"] == ["gpu-worker-2"]
