@@ -560,11 +560,7 @@ def build_plan(
     _validate(settings, steps)
     keys = settings.keys
     objects = {node_name(node): node for node in pool_nodes}
-    if len(set(targets)) != len(targets):
-        raise InvalidInputError(f"Rollout targets listed more than once: {sorted(targets)}")
-    missing = [name for name in targets if name not in objects]
-    if missing:
-        raise InvalidInputError(f"Rollout targets not in the node pool: {', '.join(missing)}")
+    _check_targets(targets, objects)
     pool = pool_from_objects(pool_nodes, domain_label=settings.failure_domain_label)
     budget = capacity_budget(max_unavailable=settings.max_unavailable, pool_nodes=pool_nodes)
     limits = ScheduleLimits(
@@ -584,15 +580,7 @@ def build_plan(
         for name in targets
     }
     skipped = tuple(name for name in targets if dispositions[name].action == ACTION_SKIP)
-    done_earlier = tuple(
-        sorted(
-            name
-            for name, node in objects.items()
-            if name not in dispositions
-            and read_progress(node, keys).state == STATE_DONE
-            and read_progress(node, keys).target == settings.target
-        )
-    )
+
     released = tuple(name for name in targets if dispositions[name].action == ACTION_RELEASE)
     halted_by = tuple(name for name in targets if dispositions[name].action == ACTION_HALT)
     resumed = tuple(name for name in targets if dispositions[name].action == ACTION_RESUME)
@@ -656,8 +644,28 @@ def build_plan(
         step_descriptions=tuple(descriptions),
         first_decision=first,
         forecast=forecast,
-        done_earlier=done_earlier,
+        done_earlier=_done_earlier(objects, keys=keys, target=settings.target, targets=targets),
     )
+
+
+def _check_targets(targets: Sequence[str], objects: Mapping[str, Any]) -> None:
+    if len(set(targets)) != len(targets):
+        raise InvalidInputError(f"Rollout targets listed more than once: {sorted(targets)}")
+    missing = [name for name in targets if name not in objects]
+    if missing:
+        raise InvalidInputError(f"Rollout targets not in the node pool: {', '.join(missing)}")
+
+
+def _done_earlier(
+    objects: Mapping[str, Mapping[str, Any]], *, keys: ProgressKeys, target: str, targets: Sequence[str]
+) -> Tuple[str, ...]:
+    """Nodes of the pool, not targets, whose progress says they finished ``target`` (in an earlier run)."""
+    found = []
+    for name, node in objects.items():
+        progress = read_progress(node, keys)
+        if name not in targets and progress.state == STATE_DONE and progress.target == target:
+            found.append(name)
+    return tuple(sorted(found))
 
 
 def _cordon_description(settings: RolloutSettings) -> str:
