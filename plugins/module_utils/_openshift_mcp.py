@@ -453,24 +453,23 @@ def apply_patch(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> Dict[str, A
 # so a node someone else cordoned keeps its pool from ever being Updated.
 
 
-def mco_unavailable(node: Mapping[str, Any]) -> bool:
-    """As the MCO counts a node against ``maxUnavailable``: not Ready or cordoned, or not done with its config."""
+def _daemon_done(node: Mapping[str, Any]) -> bool:
+    """The machine-config daemon runs the config it was given and is not working on another."""
     annotations = (node.get("metadata") or {}).get("annotations") or {}
-    working = annotations.get(DESIRED_CONFIG) != annotations.get(CURRENT_CONFIG) or annotations.get(MCD_STATE) not in (
+    return annotations.get(DESIRED_CONFIG) == annotations.get(CURRENT_CONFIG) and annotations.get(MCD_STATE) in (
         STATE_DONE,
         None,
     )
-    return node_is_unavailable(node) or working
+
+
+def mco_unavailable(node: Mapping[str, Any]) -> bool:
+    """As the MCO counts a node against ``maxUnavailable``: not Ready or cordoned, or not done with its config."""
+    return node_is_unavailable(node) or not _daemon_done(node)
 
 
 def cordoned_by_others(node: Mapping[str, Any]) -> bool:
     """Cordoned while its machine-config daemon is done: not the daemon's own drain, so the MCO leaves it there."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    done = annotations.get(DESIRED_CONFIG) == annotations.get(CURRENT_CONFIG) and annotations.get(MCD_STATE) in (
-        STATE_DONE,
-        None,
-    )
-    return bool((node.get("spec") or {}).get("unschedulable")) and done
+    return bool((node.get("spec") or {}).get("unschedulable")) and _daemon_done(node)
 
 
 @dataclass(frozen=True)

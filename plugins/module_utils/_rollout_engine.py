@@ -580,7 +580,6 @@ def build_plan(
         for name in targets
     }
     skipped = tuple(name for name in targets if dispositions[name].action == ACTION_SKIP)
-
     released = tuple(name for name in targets if dispositions[name].action == ACTION_RELEASE)
     halted_by = tuple(name for name in targets if dispositions[name].action == ACTION_HALT)
     resumed = tuple(name for name in targets if dispositions[name].action == ACTION_RESUME)
