@@ -58,6 +58,7 @@ from tests.integration.fault_matrix import (  # noqa: E402
     assert_within_budget,
     clear_faults,
     cluster_ledger,
+    expire_killed_lease,
     get_json,
     halt_as_recorded,
     kill_group_mid_stage,
@@ -207,7 +208,7 @@ def sigkill_at(group: Group, stage: str) -> None:
     kill_group_mid_stage(group, stage, lease_duration=LEASE_DURATION, until=after_lease_held(KILL_AFTER[stage]))
     assert lease_holder(twin), "the killed run's Lease is still held"
     assert_within_budget(twin, group.budget)
-    twin.advance(LEASE_DURATION + 60)
+    expire_killed_lease(twin, LEASE_DURATION)
     before = marks(twin)
     rerun = group.run(stage, upgrade_lease_duration=LEASE_DURATION)
     assert_outcome(group, stage, rerun, None)

@@ -19,6 +19,7 @@ runs the larger matrix for ``make soak``):
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import pathlib
@@ -466,6 +467,29 @@ def start_stage(group: Group, stage: str, **extra: Any) -> subprocess.Popen[byte
 def lease_holder(twin: TwinProcess) -> str:
     found = kubectl(twin, "get", "lease", "-n", NAMESPACE, LEASE, "-o", "json", check=False)
     return str(json.loads(found)["spec"].get("holderIdentity") or "") if found else ""
+
+
+def expire_killed_lease(twin: TwinProcess, duration: int) -> None:
+    """Advance the twin's clock until the killed run's Lease has expired: ``duration`` (and a minute) past its last
+    renewal. Judged by the Lease's renewTime, not by the kill: a renewal the keeper had in flight when the group was
+    killed, or made by a process of the run that left the group (ansible-core's worker calls setsid) before it saw
+    ``ansible-playbook`` gone, lands after the kill. It waits (real time, bounded) for the renewTime to hold still."""
+    import time
+
+    def renewed_at() -> float:
+        found = kubectl(twin, "get", "lease", "-n", NAMESPACE, LEASE, "-o", "json", check=False)
+        stamp = str(json.loads(found)["spec"].get("renewTime") or "") if found else ""
+        return datetime.datetime.fromisoformat(stamp).timestamp() if stamp else 0.0  # a MicroTime, RFC 3339 UTC
+
+    last, deadline = renewed_at(), time.monotonic() + 30
+    while True:
+        time.sleep(2)  # longer than a module's poll, so what the killed run still had under way has landed
+        now_renewed = renewed_at()
+        if now_renewed == last or time.monotonic() > deadline:
+            break
+        last = now_renewed
+    now = float(twin.admin("GET", "clock")["epoch_seconds"])
+    twin.advance(max(0.0, last + duration + 60 - now))
 
 
 def kill_group_mid_stage(group: Group, stage: str, *, lease_duration: int, until: Callable[[], bool]) -> None:

@@ -31,6 +31,7 @@ from .fault_matrix import (
     assert_within_budget,
     back_after_canary,
     clear_faults,
+    expire_killed_lease,
     kill_group_mid_stage,
     lease_holder,
     marks,
@@ -332,7 +333,7 @@ def sigkill_then_rerun(group: Group) -> None:
     assert_within_budget(twin, group.budget)
 
     # Its Lease expires after its duration on the twin's clock; the re-run takes it over and finishes.
-    twin.advance(duration + 60)
+    expire_killed_lease(twin, duration)
     before = marks(twin)
     rerun = group.run("canary", upgrade_lease_duration=duration)
     assert_outcome(group, "canary", rerun, None)

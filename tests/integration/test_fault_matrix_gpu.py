@@ -6,11 +6,18 @@ What a case runs and checks: tests/integration/fault_matrix_cases.py.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
+from gpufleet_twin.process import TwinProcess
+
+from .conftest import kubectl
 from .fault_matrix import (
     Halt,
     assert_marks_explained,
+    assert_matrix_agrees,
     assert_outcome,
     assert_within_budget,
     clear_faults,
@@ -29,6 +36,7 @@ from .fault_matrix_cases import (
     run_fault,
     sigkill_then_rerun,
 )
+from .test_clusterpolicy_upgrade import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
@@ -88,3 +96,62 @@ def test_a_refused_promote_says_so_and_its_next_promotes_a_halted_promote_rolls_
         assert (rollback["stage"], rollback["rollback_target"]) == ("rollback", "current_production"), rollback
         assert "rollback entry" not in rollback["message"] and "revert the promotion" not in rollback["message"]
         assert_within_budget(twin, group.budget)
+
+
+def test_a_rollback_validates_its_canary_before_gpu_work_waiting_for_it_takes_it(groups: Groups) -> None:
+    """GPU work waiting, pending, for the canary node's GPUs (as pods a halted stage evicted wait for room) takes them
+    the moment the rollback's driver change uncordons the node, before the gates' Jobs could be scheduled: the gates
+    could not run. The rollback takes the canary out of service again through the upgrade controller (its
+    upgrade-requested annotation), validates it cordoned, then releases it to the waiting work (docs/reliability.md,
+    NEW 1)."""
+    with groups.case("gpu_operator") as group:
+        twin = group.twin
+        baseline = marks(twin)
+        assert_outcome(group, "canary", group.run("canary"), None)
+        canary = cluster_ledger(twin)[-1]["canary_node"]
+        waiting = group.workspace / "waiting-gpu-work.json"
+        waiting.write_text(json.dumps(waiting_gpu_work(node=canary)))
+        kubectl(twin, "apply", "-f", str(waiting))
+        wait_for(lambda: bool(_pods(twin, "waiting-gpu-work")), what="the waiting GPU work's pod")
+        try:
+            before = marks(twin)
+            run = group.run("rollback")
+            assert run.returncode == 0, run.output[-3000:]
+            assert_outcome(group, "rollback", run, None)
+            rollback = cluster_ledger(twin)[-1]
+            canary_gates = [gate for gate in rollback["gates"] if gate["node"] == canary]
+            assert canary_gates and all(gate["passed"] for gate in canary_gates), canary_gates
+            assert_marks_explained(twin, before)
+            assert_within_budget(twin, group.budget)
+            assert_matrix_agrees(group, baseline)
+            # After its gates the canary went back to work: the waiting GPU work took it.
+            wait_for(lambda: canary in nodes_of_pods(twin, "waiting-gpu-work"), what="the waiting work on the canary")
+        finally:
+            kubectl(twin, "delete", "-f", str(waiting), check=False)
+
+
+def waiting_gpu_work(*, node: str) -> dict[str, object]:
+    """A Deployment of one pod that wants every GPU of ``node``."""
+    labels = {"app": "waiting-gpu-work"}
+    container = {"name": "main", "image": "registry.example/trainer:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "waiting-gpu-work", "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "containers": [container]},
+            },
+        },
+    }
+
+
+def _pods(twin: TwinProcess, app: str) -> list[dict[str, Any]]:
+    return json.loads(kubectl(twin, "get", "pods", "-n", "default", "-l", f"app={app}", "-o", "json"))["items"]
+
+
+def nodes_of_pods(twin: TwinProcess, app: str) -> set[str]:
+    return {pod["spec"].get("nodeName", "") for pod in _pods(twin, app) if pod["status"].get("phase") == "Running"}
