@@ -319,16 +319,19 @@ class KubeApi:
     def create(
         self, ref: ResourceRef, body: Dict[str, Any], *, namespace: Optional[str] = None, dry_run: bool = False
     ) -> Dict[str, Any]:
-        """POST; an object with a fixed name is sent again after a 5xx or a broken connection.
+        """POST; sent again after a 5xx or a broken connection when that cannot make a second object: an object
+        with a fixed name, a dry run, or a review (``*reviews``: the server computes the answer and stores nothing).
 
-        Resending cannot make a second object: the name is taken, so the server
-        answers 409 AlreadyExists. After a resend that answer means the first
-        attempt did land, and the object is read back and returned.
+        Resending an object with a fixed name cannot make a second one: the name
+        is taken, so the server answers 409 AlreadyExists. After a resend that
+        answer means the first attempt did land, and the object is read back and
+        returned.
         """
         name = str((body.get("metadata") or {}).get("name") or "")
+        resendable = bool(name) or dry_run or ref.plural.endswith("reviews")
         try:
             return self.request(
-                "POST", ref.path(namespace=namespace), body=body, query=_dry_run(dry_run), resendable=bool(name)
+                "POST", ref.path(namespace=namespace), body=body, query=_dry_run(dry_run), resendable=resendable
             )
         except KubeApiError as err:
             if not (err.status == 409 and err.reason == "AlreadyExists" and err.attempts > 1 and not dry_run):

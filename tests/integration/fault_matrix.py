@@ -102,13 +102,17 @@ class Group:
 
     def run(self, stage: str, **extra: Any) -> PlaybookRun:
         variables = self.variables(stage, **extra)
-        return run_playbook(
+        run = run_playbook(
             "playbooks/upgrade.yml",
             twin=None if self.environment else self.twin,
             environment=self.environment,
             extra_vars=variables,
             timeout=self.timeout,
         )
+        # Every run's output, kept in the workspace: which task a fault broke is read there (bench/soak.py's rows).
+        with (self.workspace / "runs.log").open("a") as log:
+            log.write(f"=== stage={stage} {extra or ''} exit {run.returncode}\n{run.output}\n")
+        return run
 
 
 # -- reading the cluster ----------------------------------------------------------------------------------------
@@ -220,14 +224,19 @@ def assert_within_budget(twin: TwinProcess, budget: int) -> None:
 
 
 def assert_marks_explained(twin: TwinProcess, before: Marks) -> None:
-    """3. Every mark of ours that was not there before the run is named, with why, by this run's ledger entry."""
-    entry = cluster_ledger(twin)[-1]
+    """3. Every mark of ours that was not there before the run is named, with why, by this run's ledger entry (a run
+    refused before its first write, its permissions unconfirmed say, has none in the cluster: it left no mark)."""
+    new_marks = {node: keys - before.get(node, set()) for node, keys in marks(twin).items()}
+    new_marks = {node: keys for node, keys in new_marks.items() if keys}
+    if not new_marks:
+        return
+    entries = cluster_ledger(twin)
+    assert entries, f"{sorted(new_marks)} carry {new_marks} but the cluster has no ledger entry to say why"
+    entry = entries[-1]
     recorded = json.dumps(entry)
     why = entry.get("message") or (entry.get("outcome") == "success" and entry.get("canary_node"))
-    for node, keys in marks(twin).items():
-        new = keys - before.get(node, set())
-        if new:
-            assert node in recorded and why, f"{node} carries {sorted(new)} but the ledger does not say why: {entry}"
+    for node, new in new_marks.items():
+        assert node in recorded and why, f"{node} carries {sorted(new)} but the ledger does not say why: {entry}"
 
 
 def next_line(workspace: pathlib.Path, stage: str) -> str:

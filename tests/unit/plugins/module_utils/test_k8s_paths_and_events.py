@@ -17,6 +17,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._k8s_resources im
     JOBS,
     NODES,
     PODS,
+    ResourceRef,
 )
 
 
@@ -164,6 +165,17 @@ def test_a_named_create_is_resent_after_a_5xx_and_an_unnamed_one_is_not():
     with pytest.raises(KubeApiError):
         _api(unnamed).create(JOBS, {"metadata": {"generateName": "gate-"}}, namespace="ns")
     assert len(unnamed.sent) == 1
+
+
+def test_a_review_and_a_dry_run_are_resent_after_a_5xx_they_store_nothing():
+    review_ref = ResourceRef("authorization.k8s.io/v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False)
+    review = {"spec": {"resourceAttributes": {"verb": "patch", "resource": "nodes"}}}
+    server = _Server(_Answer(500, _status(500, "InternalError")), _Answer(201, b'{"status": {"allowed": true}}'))
+    assert _api(server).create(review_ref, review) == {"status": {"allowed": True}}
+    assert len(server.sent) == 2
+    dry = _Server(_Answer(503, _status(503, "ServiceUnavailable")), _Answer(201, b"{}"))
+    assert _api(dry).create(JOBS, {"metadata": {"generateName": "gate-"}}, namespace="ns", dry_run=True) == {}
+    assert len(dry.sent) == 2
 
 
 def test_a_resent_create_that_finds_its_object_returns_it():
