@@ -88,6 +88,7 @@ from ansible_collections.gpufleet.upgrade.plugins.module_utils._rollout_engine i
     ProgressKeys,
     RolloutSettings,
     StepContext,
+    done_earlier,
     drain_step,
     execute_rollout,
     unfinished_nodes,
@@ -772,7 +773,11 @@ def run_ofed_rollout(api: KubeApi, options: OfedRolloutOptions) -> Dict[str, Any
                 patches = apply_policy(api, options, view)
             if not options.check_mode and view.selection.targets:
                 base["daemonsets_waited"] = round(wait_for_daemonsets(api, options), 3)
-            result = run_rolling(api, options, view) if view.selection.targets or options.check_mode else {}
+            result = (
+                run_rolling(api, options, view)
+                if view.selection.targets or options.check_mode
+                else {"nodes_done_earlier": list(_done_before(options, view))}
+            )
             result.setdefault("timeline", [])
             result["patches"] = patches
             result["changed"] = (
@@ -798,6 +803,14 @@ def run_ofed_rollout(api: KubeApi, options: OfedRolloutOptions) -> Dict[str, Any
     if options.diff:
         result["diff"] = rollout_diff(options, view, result)
     return {**base, **result}
+
+
+def _done_before(options: OfedRolloutOptions, view: ClusterView) -> Tuple[str, ...]:
+    """With every node at the target: those an earlier run of this rollout finished (killed before it recorded
+    them, this run records them)."""
+    pool = set(view.selection.pool)
+    objects = {node_name(node): node for node in view.nodes if node_name(node) in pool}
+    return done_earlier(objects, keys=ProgressKeys(options.rollout_name), target=options.target_version)
 
 
 def rollout_diff(options: OfedRolloutOptions, view: ClusterView, result: Mapping[str, Any]) -> Dict[str, Any]:

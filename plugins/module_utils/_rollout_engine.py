@@ -643,7 +643,7 @@ def build_plan(
         step_descriptions=tuple(descriptions),
         first_decision=first,
         forecast=forecast,
-        done_earlier=_done_earlier(objects, keys=keys, target=settings.target, targets=targets),
+        done_earlier=done_earlier(objects, keys=keys, target=settings.target, targets=targets),
     )
 
 
@@ -655,10 +655,11 @@ def _check_targets(targets: Sequence[str], objects: Mapping[str, Any]) -> None:
         raise InvalidInputError(f"Rollout targets not in the node pool: {', '.join(missing)}")
 
 
-def _done_earlier(
-    objects: Mapping[str, Mapping[str, Any]], *, keys: ProgressKeys, target: str, targets: Sequence[str]
+def done_earlier(
+    objects: Mapping[str, Mapping[str, Any]], *, keys: ProgressKeys, target: str, targets: Sequence[str] = ()
 ) -> Tuple[str, ...]:
-    """Nodes of the pool, not targets, whose progress says they finished ``target`` (in an earlier run)."""
+    """Nodes of the pool (``objects``, by name), not targets, whose progress says they finished ``target`` (in an
+    earlier run: one killed before it could record them leaves them to the run that resumes it)."""
     found = []
     for name, node in objects.items():
         progress = read_progress(node, keys)

@@ -191,6 +191,8 @@ def test_check_real_check_real_within_budget_and_failure_domains(twin_factory, t
     run, result = run_module(twin, tmp_path, args)
     assert run.returncode == 0 and result["changed"] is False, run.output
     assert result["selection"]["already_at_target"] == names
+    # Nothing left to do: the nodes an earlier run finished are named (a run that resumes a killed one records them).
+    assert sorted(result["nodes_done_earlier"]) == sorted(names), result
 
 
 def test_pdb_refuses_for_a_while_then_allows(twin_factory, tmp_path):
