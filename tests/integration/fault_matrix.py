@@ -473,9 +473,14 @@ def start_stage(group: Group, stage: str, **extra: Any) -> subprocess.Popen[byte
     )
 
 
-def lease_holder(twin: TwinProcess) -> str:
+def lease_spec(twin: TwinProcess) -> dict[str, Any]:
+    """The stage Lease's spec ({} before any stage took it)."""
     found = kubectl(twin, "get", "lease", "-n", NAMESPACE, LEASE, "-o", "json", check=False)
-    return str(json.loads(found)["spec"].get("holderIdentity") or "") if found else ""
+    return json.loads(found)["spec"] if found else {}
+
+
+def lease_holder(twin: TwinProcess) -> str:
+    return str(lease_spec(twin).get("holderIdentity") or "")
 
 
 def expire_killed_lease(twin: TwinProcess, duration: int) -> None:
@@ -486,8 +491,7 @@ def expire_killed_lease(twin: TwinProcess, duration: int) -> None:
     import time
 
     def renewed_at() -> float:
-        found = kubectl(twin, "get", "lease", "-n", NAMESPACE, LEASE, "-o", "json", check=False)
-        stamp = str(json.loads(found)["spec"].get("renewTime") or "") if found else ""
+        stamp = str(lease_spec(twin).get("renewTime") or "")
         return datetime.datetime.fromisoformat(stamp).timestamp() if stamp else 0.0  # a MicroTime, RFC 3339 UTC
 
     last, deadline = renewed_at(), time.monotonic() + 30
